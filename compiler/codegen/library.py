@@ -1,0 +1,100 @@
+"""The one owner of LLVM: target machine, optimisation pipeline, object emission, linking.
+
+Kernels are added as llvmlite IR; `finalize()` parses, verifies and optimises the module once for
+the exact target CPU, after which the library can print its IR/assembly, emit an object file or
+link a shared library (the system C compiler driver links against the OpenMP runtime and libm).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from compiler.codegen.llvm import emit_kernel
+from compiler.errors import CodegenError
+from compiler.target import Target
+from compiler.tir.ir import PrimFunc
+
+_LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe
+
+
+class CodeLibrary:
+    def __init__(self, target: Target, name: str = "temper") -> None:
+        self.target = target
+        self.module = ir.Module(name=name)
+        self.module.triple = target.triple
+        self._final: llvm.ModuleRef | None = None
+        self._tm: llvm.TargetMachine | None = None
+        self.symbols: list[str] = []
+
+    def add_kernel(self, func: PrimFunc, symbol: str) -> None:
+        if self._final is not None:
+            raise CodegenError("library is finalized; cannot add kernels")
+        emit_kernel(self.module, func, symbol)
+        self.symbols.append(symbol)
+
+    @property
+    def target_machine(self) -> llvm.TargetMachine:
+        if self._tm is None:
+            t = llvm.Target.from_triple(self.target.triple)
+            self._tm = t.create_target_machine(cpu=self.target.cpu, features=self.target.features, opt=3,
+                                               reloc="pic", codemodel="default")
+        return self._tm
+
+    def unoptimized_ir(self) -> str:
+        return str(self.module)
+
+    def finalize(self) -> None:
+        if self._final is not None:
+            return
+        with _LLVM_LOCK:
+            try:
+                mod = llvm.parse_assembly(str(self.module))
+                mod.verify()
+            except RuntimeError as e:
+                raise CodegenError(f"LLVM rejected the generated IR: {e}") from e
+            tm = self.target_machine
+            mod.triple = self.target.triple
+            mod.data_layout = str(tm.target_data)
+            pto = llvm.create_pipeline_tuning_options(speed_level=3)
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(tm, pto)
+            pm = pb.getModulePassManager()
+            pm.run(mod, pb)
+            self._final = mod
+
+    def llvm_ir(self) -> str:
+        self.finalize()
+        return str(self._final)
+
+    def assembly(self) -> str:
+        self.finalize()
+        with _LLVM_LOCK:
+            return self.target_machine.emit_assembly(self._final)
+
+    def object_code(self) -> bytes:
+        self.finalize()
+        with _LLVM_LOCK:
+            return self.target_machine.emit_object(self._final)
+
+    def shared_library(self) -> bytes:
+        """Link the object code into a shared library (C ABI, depends on libgomp and libm)."""
+        obj = self.object_code()
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if cc is None:
+            raise CodegenError("no C compiler driver (cc/gcc/clang) found to link the shared library")
+        with tempfile.TemporaryDirectory(prefix="temper-link-") as d:
+            o, so = Path(d) / "kernels.o", Path(d) / "lib.so"
+            o.write_bytes(obj)
+            proc = subprocess.run([cc, "-shared", "-o", str(so), str(o), "-lgomp", "-lm"],
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise CodegenError(f"linking failed: {proc.stderr.strip()}")
+            return so.read_bytes()

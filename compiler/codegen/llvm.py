@@ -1,0 +1,527 @@
+"""Flattened PrimFunc -> LLVM IR (llvmlite.ir).
+
+One emitter per kernel. Loop kinds map directly: serial -> a counted loop, unrolled -> the body
+repeated, vectorized -> the body evaluated once on LLVM vectors (contiguous accesses become vector
+loads/stores, invariant ones scalars that are broadcast, others per-lane), parallel -> the body
+outlined into a function that the OpenMP runtime (GOMP_parallel) runs on every core, each thread
+taking one contiguous chunk. Kernels have the C ABI `int32_t name(void **args)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from compiler.errors import CodegenError
+from compiler.tir.flatten import free_vars
+from compiler.tir.ir import (
+    Allocate,
+    BinOp,
+    Buffer,
+    Call,
+    Cast,
+    Expr,
+    FloatImm,
+    For,
+    ForKind,
+    IfThenElse,
+    IntImm,
+    Load,
+    Not,
+    PrimFunc,
+    Select,
+    Seq,
+    Stmt,
+    Store,
+    Var,
+    substitute,
+    substitute_stmt,
+    walk_expr,
+    walk_stmts,
+)
+from compiler.tir.simplify import affine_coeffs, bounds, simplify
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+MAX_UNROLL = 64
+
+_MEM_TYPES: dict[str, ir.Type] = {
+    "float32": F32, "float64": F64, "int64": I64, "int32": I32, "int8": I8, "uint8": I8, "bool": I8,
+}
+
+
+def reg_type(dtype: str) -> ir.Type:
+    return I1 if dtype == "bool" else _MEM_TYPES[dtype]
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+@dataclass
+class _Ctx:
+    """Per-LLVM-function emission state."""
+
+    fn: ir.Function
+    builder: ir.IRBuilder
+    entry: ir.IRBuilder
+    vars: dict[Var, ir.Value] = field(default_factory=dict)
+    bufs: dict[Buffer, ir.Value] = field(default_factory=dict)
+    ranges: dict[Var, int] = field(default_factory=dict)
+    vec: tuple[Var, int] | None = None
+
+
+class KernelEmitter:
+    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str) -> None:
+        self.module = module
+        self.func = func
+        self.symbol = symbol
+        self._outlined = 0
+
+    # ------------------------------------------------------------------ entry points
+    def emit(self) -> ir.Function:
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), self.symbol)
+        ctx = self._new_ctx(fn)
+        args = fn.args[0]
+        for i, buf in enumerate(self.func.params):
+            p = ctx.builder.gep(args, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
+            ctx.bufs[buf] = ctx.builder.load(p, typ=PTR)
+        self._stmt(ctx, self.func.body)
+        ctx.builder.ret(ir.Constant(I32, 0))
+        ctx.entry.branch(fn.blocks[1])
+        return fn
+
+    def _new_ctx(self, fn: ir.Function) -> _Ctx:
+        entry_bb = fn.append_basic_block("entry")
+        body_bb = fn.append_basic_block("body")
+        entry = ir.IRBuilder(entry_bb)
+        builder = ir.IRBuilder(body_bb)
+        return _Ctx(fn, builder, entry)
+
+    # ------------------------------------------------------------------ helpers
+    def _intrinsic(self, name: str, ty: ir.Type) -> ir.Function:
+        suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
+        if isinstance(ty, ir.VectorType) and ty.element == F64 or ty == F64:
+            suffix = suffix.replace("f32", "f64")
+        full = f"llvm.{name}.{suffix}"
+        existing = self.module.globals.get(full)
+        if existing is not None:
+            return existing
+        nargs = 2 if name in ("pow", "maxnum", "minnum") else 1
+        return ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), full)
+
+    def _extern(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(ret, args), name)
+
+    @staticmethod
+    def _splat(b: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
+        vt = ir.VectorType(v.type, lanes)
+        if isinstance(v, ir.Constant):
+            return ir.Constant(vt, [v.constant] * lanes)
+        undef = ir.Constant(vt, ir.Undefined)
+        one = b.insert_element(undef, v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def _match(self, ctx: _Ctx, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        va, vb = isinstance(a.type, ir.VectorType), isinstance(b.type, ir.VectorType)
+        if va and not vb:
+            b = self._splat(ctx.builder, b, a.type.count)
+        elif vb and not va:
+            a = self._splat(ctx.builder, a, b.type.count)
+        return a, b
+
+    def _depends(self, ctx: _Ctx, e: Expr) -> bool:
+        return ctx.vec is not None and any(x is ctx.vec[0] for x in walk_expr(e))
+
+    # ------------------------------------------------------------------ expressions
+    def _flat_offset(self, buf: Buffer, indices: tuple[Expr, ...], ranges: dict[Var, int]) -> Expr:
+        if len(indices) != len(buf.shape):
+            raise CodegenError(f"{buf.name}: {len(indices)} indices for rank {len(buf.shape)}")
+        off: Expr = IntImm(0)
+        stride = 1
+        for d, i in zip(reversed(buf.shape), reversed(indices), strict=True):
+            off = BinOp("+", off, BinOp("*", i, IntImm(stride)))
+            stride *= d
+        return simplify(off, ranges)
+
+    def _ptr(self, ctx: _Ctx, buf: Buffer, off: ir.Value, as_type: ir.Type | None = None) -> ir.Value:
+        """Address of element `off` of buf, typed as a pointer to `as_type` (default: the element)."""
+        mem = _MEM_TYPES[buf.dtype]
+        base = ctx.bufs[buf]
+        if base.type != mem.as_pointer():
+            base = ctx.builder.bitcast(base, mem.as_pointer())
+        p = ctx.builder.gep(base, [off], inbounds=True, source_etype=mem)
+        if as_type is not None and as_type != mem:
+            p = ctx.builder.bitcast(p, as_type.as_pointer())
+        return p
+
+    def _load(self, ctx: _Ctx, e: Load) -> ir.Value:
+        b = ctx.builder
+        if e.buffer not in ctx.bufs:
+            raise CodegenError(f"buffer {e.buffer.name} is not in scope")
+        mem = _MEM_TYPES[e.buffer.dtype]
+        off = self._flat_offset(e.buffer, e.indices, ctx.ranges)
+        if not self._depends(ctx, off):
+            v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, off)), typ=mem)
+            return b.trunc(v, I1) if e.buffer.dtype == "bool" else v
+        var, lanes = ctx.vec  # type: ignore[misc]
+        lin = affine_coeffs(off)
+        if lin is not None and lin[0].get(var) == 1 and not any(
+            var in (x for x in walk_expr(a)) for a in lin[0] if a is not var
+        ):
+            base = simplify(substitute(off, {var: IntImm(0)}))
+            saved = ctx.vec
+            ctx.vec = None
+            p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, lanes))
+            ctx.vec = saved
+            v = b.load(p, typ=ir.VectorType(mem, lanes), align=4)
+            return b.trunc(v, ir.VectorType(I1, lanes)) if e.buffer.dtype == "bool" else v
+        # general: one scalar load per lane
+        out = ir.Constant(ir.VectorType(reg_type(e.buffer.dtype), lanes), ir.Undefined)
+        saved = ctx.vec
+        ctx.vec = None
+        for lane in range(lanes):
+            lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+            v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, lo)), typ=mem)
+            if e.buffer.dtype == "bool":
+                v = b.trunc(v, I1)
+            out = b.insert_element(out, v, ir.Constant(I32, lane))
+        ctx.vec = saved
+        return out
+
+    def _expr(self, ctx: _Ctx, e: Expr) -> ir.Value:
+        b = ctx.builder
+        if isinstance(e, Var):
+            if ctx.vec is not None and e is ctx.vec[0]:
+                lanes = ctx.vec[1]
+                return ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+            try:
+                return ctx.vars[e]
+            except KeyError:
+                raise CodegenError(f"variable {e.name} is not in scope") from None
+        if isinstance(e, IntImm):
+            return ir.Constant(reg_type(e.dtype), int(e.value))
+        if isinstance(e, FloatImm):
+            return ir.Constant(reg_type(e.dtype), float(e.value))
+        if isinstance(e, Load):
+            return self._load(ctx, e)
+        if isinstance(e, BinOp):
+            return self._binop(ctx, e)
+        if isinstance(e, Not):
+            a = self._expr(ctx, e.a)
+            return b.not_(a)
+        if isinstance(e, Select):
+            c = self._expr(ctx, e.cond)
+            t, f = self._match(ctx, self._expr(ctx, e.t), self._expr(ctx, e.f))
+            if isinstance(c.type, ir.VectorType) and not isinstance(t.type, ir.VectorType):
+                t = self._splat(b, t, c.type.count)
+                f = self._splat(b, f, c.type.count)
+            elif isinstance(t.type, ir.VectorType) and not isinstance(c.type, ir.VectorType):
+                pass  # scalar condition selecting vectors is valid LLVM
+            return b.select(c, t, f)
+        if isinstance(e, Cast):
+            return self._cast(ctx, self._expr(ctx, e.value), e.value.dtype, e.dtype)
+        if isinstance(e, Call):
+            return self._call(ctx, e)
+        raise CodegenError(f"cannot generate code for {type(e).__name__}")
+
+    def _cast(self, ctx: _Ctx, v: ir.Value, src: str, dst: str) -> ir.Value:
+        b = ctx.builder
+        if src == dst:
+            return v
+        lanes = v.type.count if isinstance(v.type, ir.VectorType) else None
+
+        def ty(d: str) -> ir.Type:
+            t = reg_type(d)
+            return ir.VectorType(t, lanes) if lanes else t
+
+        if dst == "bool":
+            zero: ir.Value = ir.Constant(reg_type(src), 0.0 if _is_float(src) else 0)
+            if lanes:
+                zero = self._splat(b, zero, lanes)
+            return b.fcmp_unordered("!=", v, zero) if _is_float(src) else b.icmp_signed("!=", v, zero)
+        if _is_float(src) and _is_float(dst):
+            return b.fpext(v, ty(dst)) if dst == "float64" else b.fptrunc(v, ty(dst))
+        if _is_float(src):
+            return b.fptosi(v, ty(dst))
+        if _is_float(dst):
+            return b.uitofp(v, ty(dst)) if src == "bool" else b.sitofp(v, ty(dst))
+        sw, dw = reg_type(src).width, reg_type(dst).width
+        if sw == dw:
+            return v
+        if sw > dw:
+            return b.trunc(v, ty(dst))
+        return b.zext(v, ty(dst)) if src in ("bool", "uint8") else b.sext(v, ty(dst))
+
+    def _binop(self, ctx: _Ctx, e: BinOp) -> ir.Value:
+        b = ctx.builder
+        if e.op in ("and", "or"):
+            x, y = self._match(ctx, self._expr(ctx, e.a), self._expr(ctx, e.b))
+            return b.and_(x, y) if e.op == "and" else b.or_(x, y)
+        dt = e.a.dtype
+        x, y = self._match(ctx, self._expr(ctx, e.a), self._expr(ctx, e.b))
+        if _is_float(dt):
+            if e.op in ("+", "-", "*", "/"):
+                fn = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}[e.op]
+                r = fn(x, y)
+                r.flags.append("contract")
+                return r
+            if e.op in ("min", "max"):
+                return b.call(self._intrinsic("minnum" if e.op == "min" else "maxnum", x.type), [x, y])
+            if e.op in ("<", "<=", ">", ">=", "==", "!="):
+                return b.fcmp_ordered(e.op, x, y) if e.op != "!=" else b.fcmp_unordered(e.op, x, y)
+            if e.op == "%":
+                return b.frem(x, y)
+            raise CodegenError(f"float op {e.op} unsupported")
+        if e.op == "+":
+            return b.add(x, y)
+        if e.op == "-":
+            return b.sub(x, y)
+        if e.op == "*":
+            return b.mul(x, y)
+        if e.op in ("<", "<=", ">", ">=", "==", "!="):
+            return b.icmp_signed(e.op, x, y)
+        if e.op in ("min", "max"):
+            c = b.icmp_signed("<" if e.op == "min" else ">", x, y)
+            return b.select(c, x, y)
+        if e.op in ("//", "%"):
+            lo, _ = bounds(e.a, ctx.ranges)
+            dlo, _ = bounds(e.b, ctx.ranges)
+            if lo >= 0 and dlo > 0 and ctx.vec is None:
+                return b.sdiv(x, y) if e.op == "//" else b.srem(x, y)
+            q, r = b.sdiv(x, y), b.srem(x, y)
+            zero = ir.Constant(r.type, 0) if not isinstance(r.type, ir.VectorType) else \
+                self._splat(b, ir.Constant(r.type.element, 0), r.type.count)
+            neg = b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero))
+            fix = b.and_(b.icmp_signed("!=", r, zero), neg)
+            if e.op == "//":
+                return b.sub(q, b.zext(fix, q.type))
+            return b.select(fix, b.add(r, y), r)
+        if e.op == "/":
+            return b.sdiv(x, y)
+        raise CodegenError(f"integer op {e.op} unsupported")
+
+    _LLVM_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "fabs": "fabs", "floor": "floor",
+                  "ceil": "ceil", "round": "roundeven", "pow": "pow"}
+    _LIBM = {"tanh": "tanhf", "erf": "erff"}
+
+    def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
+        b = ctx.builder
+        args = [self._expr(ctx, a) for a in e.args]
+        if len(args) == 2:
+            args = list(self._match(ctx, args[0], args[1]))
+        if e.name in self._LLVM_MATH:
+            return b.call(self._intrinsic(self._LLVM_MATH[e.name], args[0].type), args)
+        if e.name in self._LIBM:
+            f = self._extern(self._LIBM[e.name], F32, [F32])
+            v = args[0]
+            if not isinstance(v.type, ir.VectorType):
+                return b.call(f, [v])
+            out = ir.Constant(v.type, ir.Undefined)
+            for lane in range(v.type.count):
+                x = b.extract_element(v, ir.Constant(I32, lane))
+                out = b.insert_element(out, b.call(f, [x]), ir.Constant(I32, lane))
+            return out
+        raise CodegenError(f"unknown intrinsic {e.name}")
+
+    # ------------------------------------------------------------------ statements
+    def _stmt(self, ctx: _Ctx, s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self._stmt(ctx, x)
+        elif isinstance(s, Store):
+            self._store(ctx, s)
+        elif isinstance(s, For):
+            self._for(ctx, s)
+        elif isinstance(s, IfThenElse):
+            self._if(ctx, s)
+        elif isinstance(s, Allocate):
+            self._allocate(ctx, s)
+        else:
+            raise CodegenError(f"cannot generate code for {type(s).__name__} (flatten first)")
+
+    def _store(self, ctx: _Ctx, s: Store) -> None:
+        b = ctx.builder
+        mem = _MEM_TYPES[s.buffer.dtype]
+        val = self._expr(ctx, s.value)
+        off = self._flat_offset(s.buffer, s.indices, ctx.ranges)
+        if s.buffer.dtype == "bool":
+            val = b.zext(val, ir.VectorType(I8, val.type.count) if isinstance(val.type, ir.VectorType) else I8)
+        if ctx.vec is None:
+            b.store(val, self._ptr(ctx, s.buffer, self._expr(ctx, off)))
+            return
+        var, lanes = ctx.vec
+        if not isinstance(val.type, ir.VectorType):
+            val = self._splat(b, val, lanes)
+        if not self._depends(ctx, off):
+            # every lane writes the same element: the last lane wins (as in the serial loop)
+            last = b.extract_element(val, ir.Constant(I32, lanes - 1))
+            saved, ctx.vec = ctx.vec, None
+            b.store(last, self._ptr(ctx, s.buffer, self._expr(ctx, off)))
+            ctx.vec = saved
+            return
+        lin = affine_coeffs(off)
+        saved, ctx.vec = ctx.vec, None
+        if lin is not None and lin[0].get(var) == 1:
+            base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
+            st = b.store(val, self._ptr(ctx, s.buffer, self._expr(ctx, base), val.type))
+            st.align = 4
+        else:
+            for lane in range(lanes):
+                lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+                b.store(b.extract_element(val, ir.Constant(I32, lane)), self._ptr(ctx, s.buffer, self._expr(ctx, lo)))
+        ctx.vec = saved
+
+    def _if(self, ctx: _Ctx, s: IfThenElse) -> None:
+        b = ctx.builder
+        c = self._expr(ctx, s.cond)
+        if isinstance(c.type, ir.VectorType):
+            raise CodegenError("vector condition in if (not vectorizable)")
+        with b.if_else(c) as (then, orelse):
+            with then:
+                self._stmt(ctx, s.then)
+            with orelse:
+                if s.orelse is not None:
+                    self._stmt(ctx, s.orelse)
+
+    def _allocate(self, ctx: _Ctx, s: Allocate) -> None:
+        buf = s.buffer
+        mem = _MEM_TYPES[buf.dtype]
+        nbytes = buf.size * (mem.width // 8 if isinstance(mem, ir.IntType) else 4 if mem == F32 else 8)
+        if buf.scope == "local" or nbytes <= 4096:
+            arr = ctx.entry.alloca(ir.ArrayType(mem, buf.size))
+            arr.align = 64
+            ctx.bufs[buf] = arr
+            self._stmt(ctx, s.body)
+            return
+        alloc = self._extern("aligned_alloc", PTR, [I64, I64])
+        free = self._extern("free", VOID, [PTR])
+        size = (nbytes + 63) // 64 * 64
+        p = ctx.builder.call(alloc, [ir.Constant(I64, 64), ir.Constant(I64, size)])
+        ctx.bufs[buf] = p
+        self._stmt(ctx, s.body)
+        ctx.builder.call(free, [p])
+
+    def _counted_loop(self, ctx: _Ctx, var: Var, start: ir.Value, end: ir.Value, body: Stmt) -> None:
+        b = ctx.builder
+        pre = b.block
+        head = ctx.fn.append_basic_block(f"{var.name}.head")
+        loop = ctx.fn.append_basic_block(f"{var.name}.body")
+        done = ctx.fn.append_basic_block(f"{var.name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        phi = b.phi(I64, name=var.name)
+        phi.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", phi, end), loop, done)
+        b.position_at_end(loop)
+        ctx.vars[var] = phi
+        self._stmt(ctx, body)
+        nxt = b.add(phi, ir.Constant(I64, 1))
+        phi.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _for(self, ctx: _Ctx, s: For) -> None:
+        ctx.ranges[s.var] = s.extent
+        if s.extent == 1:
+            ctx.vars[s.var] = ir.Constant(I64, 0)
+            self._stmt(ctx, s.body)
+            return
+        if s.kind is ForKind.PARALLEL:
+            self._parallel(ctx, s)
+        elif s.kind is ForKind.VECTORIZED and ctx.vec is None and _vectorizable(s):
+            ctx.vec = (s.var, s.extent)
+            self._stmt(ctx, s.body)
+            ctx.vec = None
+        elif s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and s.extent <= MAX_UNROLL:
+            for i in range(s.extent):
+                ctx.vars[s.var] = ir.Constant(I64, i)
+                self._stmt(ctx, _bind_const(s.body, s.var, i) if ctx.vec is not None else s.body)
+        else:
+            self._counted_loop(ctx, s.var, ir.Constant(I64, 0), ir.Constant(I64, s.extent), s.body)
+
+    def _parallel(self, ctx: _Ctx, s: For) -> None:
+        if ctx.vec is not None:
+            raise CodegenError(f"parallel loop {s.var.name} inside a vectorized loop")
+        b = ctx.builder
+        fvars = sorted((v for v in free_vars(s) if v is not s.var), key=lambda v: v.name)
+        bufs = _buffers_used(s)
+        captured_bufs = [x for x in bufs if x in ctx.bufs]
+        n = len(fvars) + len(captured_bufs)
+        data = ctx.entry.alloca(I64, size=max(n, 1))
+        for i, v in enumerate(fvars):
+            b.store(ctx.vars[v], b.gep(data, [ir.Constant(I64, i)], source_etype=I64))
+        for j, buf in enumerate(captured_bufs):
+            p = b.gep(data, [ir.Constant(I64, len(fvars) + j)], source_etype=I64)
+            b.store(b.ptrtoint(ctx.bufs[buf], I64), p)
+        self._outlined += 1
+        body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{self.symbol}.par{self._outlined}")
+        body_fn.linkage = "internal"
+        inner = self._new_ctx(body_fn)
+        inner.ranges = dict(ctx.ranges)
+        ib = inner.builder
+        arr = body_fn.args[0]
+        for i, v in enumerate(fvars):
+            p = ib.gep(arr, [ir.Constant(I64, i)], source_etype=I64)
+            inner.vars[v] = ib.load(p, typ=I64)
+        for j, buf in enumerate(captured_bufs):
+            p = ib.gep(arr, [ir.Constant(I64, len(fvars) + j)], source_etype=I64)
+            inner.bufs[buf] = ib.inttoptr(ib.load(p, typ=I64), PTR)
+        tid = ib.sext(ib.call(self._extern("omp_get_thread_num", I32, []), []), I64)
+        nth = ib.sext(ib.call(self._extern("omp_get_num_threads", I32, []), []), I64)
+        ext = ir.Constant(I64, s.extent)
+        chunk = ib.sdiv(ib.add(ext, ib.sub(nth, ir.Constant(I64, 1))), nth)
+        start = ib.mul(tid, chunk)
+        end = ib.add(start, chunk)
+        end = ib.select(ib.icmp_signed("<", end, ext), end, ext)
+        self._counted_loop(inner, s.var, start, end, s.body)
+        ib.ret_void()
+        inner.entry.branch(body_fn.blocks[1])
+        gomp = self._extern("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+        b.call(gomp, [body_fn, data, ir.Constant(I32, 0), ir.Constant(I32, 0)])
+
+
+def _bind_const(s: Stmt, var: Var, value: int) -> Stmt:
+    return substitute_stmt(s, {var: IntImm(value)})
+
+
+def _vectorizable(s: For) -> bool:
+    for x in walk_stmts(s.body):
+        if isinstance(x, (Allocate,)):
+            return False
+        if isinstance(x, For) and x.kind is not ForKind.UNROLLED:
+            return False
+        if isinstance(x, IfThenElse) and any(v is s.var for v in walk_expr(x.cond)):
+            return False
+    return True
+
+
+def _buffers_used(s: Stmt) -> list[Buffer]:
+    seen: dict[Buffer, None] = {}
+    for x in walk_stmts(s):
+        exprs: list[Expr] = []
+        if isinstance(x, Store):
+            seen.setdefault(x.buffer, None)
+            exprs = [x.value, *x.indices]
+        elif isinstance(x, IfThenElse):
+            exprs = [x.cond]
+        for e in exprs:
+            for y in walk_expr(e):
+                if isinstance(y, Load):
+                    seen.setdefault(y.buffer, None)
+    return list(seen)
+
+
+def emit_kernel(module: ir.Module, func: PrimFunc, symbol: str) -> ir.Function:
+    return KernelEmitter(module, func, symbol).emit()

@@ -1,0 +1,53 @@
+"""The compiler's error tree: every user-facing failure names what went wrong and where."""
+
+from __future__ import annotations
+
+
+class CompilerError(Exception):
+    """Base of every error the compiler reports to a user (never a bare stack trace)."""
+
+    def __init__(self, message: str, *, node: str = "", op: str = "") -> None:
+        self.node = node
+        self.op = op
+        where = ", ".join(p for p in (f"node {node!r}" if node else "", f"op {op}" if op else "") if p)
+        super().__init__(f"{message} ({where})" if where else message)
+        self.message = message
+
+
+class ModelError(CompilerError):
+    """The model file itself is malformed (not ONNX, fails the checker, truncated)."""
+
+
+class UnsupportedOpError(CompilerError):
+    """One or more nodes use ops/opsets/dtypes temper does not support.
+
+    `nodes` lists every offender as (node name, op type, opset) so the user sees them all at once.
+    """
+
+    def __init__(self, nodes: list[tuple[str, str, int]], detail: str = "") -> None:
+        self.nodes = nodes
+        lines = "; ".join(f"{name or '<unnamed>'} ({op}, opset {opset})" for name, op, opset in nodes)
+        msg = f"{len(nodes)} unsupported node(s): {lines}"
+        if detail:
+            msg += f". {detail}"
+        super().__init__(msg)
+
+
+class ShapeError(CompilerError):
+    """Shapes do not fit: unbound dynamic dimensions, mismatched inputs, bad attributes."""
+
+
+class ScheduleError(CompilerError):
+    """A schedule primitive or trace cannot be applied to this kernel."""
+
+
+class CodegenError(CompilerError):
+    """LLVM code generation, optimisation or linking failed."""
+
+
+class ArtifactError(Exception):
+    """An artifact is corrupt, tampered with, or of an unknown format version."""
+
+
+class InputError(ValueError):
+    """Inputs passed to a loaded artifact do not match its signature."""

@@ -1,0 +1,202 @@
+"""Scheduled PrimFunc -> plain loop program for code generation.
+
+1. Blocks become their bodies with iterators replaced by bindings; a block's init runs under
+   "all reduction iterators are 0"; predicates become ifs.
+2. Kernel-internal buffers are allocated at the innermost loop that holds all their accesses,
+   and `local` buffers shrink to the region touched there (a register tile stays a tile).
+"""
+
+from __future__ import annotations
+
+from compiler.errors import ScheduleError
+from compiler.tir.ir import (
+    Allocate,
+    BinOp,
+    Block,
+    Buffer,
+    Expr,
+    For,
+    IfThenElse,
+    IntImm,
+    Load,
+    PrimFunc,
+    Seq,
+    Stmt,
+    Store,
+    Var,
+    map_expr,
+    map_stmt,
+    seq,
+    substitute,
+    substitute_stmt,
+    walk_expr,
+)
+from compiler.tir.schedule import _access_region, simplify_func
+from compiler.tir.simplify import simplify
+
+
+def _unblock(s: Stmt) -> Stmt | None:
+    if not isinstance(s, Block):
+        return None
+    mapping = {iv.var: b for iv, b in zip(s.iter_vars, s.bindings, strict=True)}
+    body = substitute_stmt(s.body, mapping)
+    if s.init is not None:
+        conds = [BinOp("==", b, IntImm(0)) for iv, b in zip(s.iter_vars, s.bindings, strict=True) if iv.reduce]
+        init = substitute_stmt(s.init, mapping)
+        if conds:
+            c: Expr = conds[0]
+            for x in conds[1:]:
+                c = BinOp("and", c, x)
+            body = seq([IfThenElse(c, init), body])
+        else:
+            body = seq([init, body])
+    if s.predicate is not None:
+        body = IfThenElse(s.predicate, body)
+    return body
+
+
+def _accesses(s: Stmt, path: tuple[For, ...], out: dict[Buffer, list[tuple[tuple[For, ...], tuple[Expr, ...]]]]):  # type: ignore[no-untyped-def]
+    def exprs(e: Expr) -> None:
+        for x in walk_expr(e):
+            if isinstance(x, Load):
+                out.setdefault(x.buffer, []).append((path, x.indices))
+
+    if isinstance(s, For):
+        _accesses(s.body, (*path, s), out)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            _accesses(x, path, out)
+    elif isinstance(s, Allocate):
+        _accesses(s.body, path, out)
+    elif isinstance(s, IfThenElse):
+        exprs(s.cond)
+        _accesses(s.then, path, out)
+        if s.orelse is not None:
+            _accesses(s.orelse, path, out)
+    elif isinstance(s, Store):
+        out.setdefault(s.buffer, []).append((path, s.indices))
+        exprs(s.value)
+        for i in s.indices:
+            exprs(i)
+
+
+def _strip_allocs(s: Stmt, found: list[Buffer]) -> Stmt:
+    def fs(x: Stmt) -> Stmt | None:
+        if isinstance(x, Allocate):
+            found.append(x.buffer)
+            return x.body
+        return None
+
+    return map_stmt(s, fs)
+
+
+def place_allocations(func: PrimFunc) -> PrimFunc:
+    buffers: list[Buffer] = []
+    body = _strip_allocs(func.body, buffers)
+    acc: dict[Buffer, list[tuple[tuple[For, ...], tuple[Expr, ...]]]] = {}
+    _accesses(body, (), acc)
+    at_loop: dict[int, list[Buffer]] = {}
+    root: list[Buffer] = []
+    remap: dict[Buffer, tuple[Buffer, list[tuple[Expr, int]]]] = {}
+    for buf in buffers:
+        uses = acc.get(buf, [])
+        if not uses:
+            continue
+        lca: tuple[For, ...] = uses[0][0]
+        for p, _ in uses[1:]:
+            k = 0
+            while k < min(len(lca), len(p)) and lca[k] is p[k]:
+                k += 1
+            lca = lca[:k]
+        if buf.scope == "local":
+            regions = []
+            for p, ix in uses:
+                inner = {f.var: f.extent for f in p[len(lca):]}
+                regions.append(_access_region(ix, inner, f"allocation of {buf.name}"))
+            dims = []
+            for d in range(len(buf.shape)):
+                base = regions[0][d][0]
+                if any(r[d][0] != base for r in regions):
+                    raise ScheduleError(f"local buffer {buf.name}: accesses disagree along dim {d}")
+                lo = min(r[d][1] for r in regions)
+                hi = max(r[d][2] for r in regions)
+                dims.append((base, lo, hi))
+            new = Buffer(buf.name, tuple(hi - lo + 1 for _, lo, hi in dims), buf.dtype, buf.scope)
+            remap[buf] = (new, [(base, lo) for base, lo, _ in dims])
+            buf = new
+        if lca:
+            at_loop.setdefault(id(lca[-1]), []).append(buf)
+        else:
+            root.append(buf)
+
+    def fe(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and e.buffer in remap:
+            new, offs = remap[e.buffer]
+            return Load(new, tuple(BinOp("-", i, BinOp("+", b, IntImm(lo))) for i, (b, lo) in zip(e.indices, offs, strict=True)))
+        return None
+
+    def fs(x: Stmt) -> Stmt | None:
+        if isinstance(x, Store) and x.buffer in remap:
+            new, offs = remap[x.buffer]
+            return Store(new, tuple(BinOp("-", i, BinOp("+", b, IntImm(lo)))
+                                    for i, (b, lo) in zip(x.indices, offs, strict=True)), x.value)
+        return None
+
+    def place(s: Stmt) -> Stmt:
+        if isinstance(s, For):
+            inner = place(s.body)
+            for buf in at_loop.get(id(s), []):
+                inner = Allocate(buf, inner)
+            return For(s.var, s.extent, s.kind, inner)
+        if isinstance(s, Seq):
+            return seq([place(x) for x in s.stmts])
+        if isinstance(s, IfThenElse):
+            return IfThenElse(s.cond, place(s.then), None if s.orelse is None else place(s.orelse))
+        return s
+
+    body = place(body)
+    for buf in root:
+        body = Allocate(buf, body)
+    body = map_stmt(body, fs, fe)
+    return PrimFunc(func.name, func.params, body, func.layouts)
+
+
+def flatten(func: PrimFunc) -> PrimFunc:
+    body = map_stmt(func.body, _unblock)
+    out = simplify_func(PrimFunc(func.name, func.params, body, func.layouts))
+    out = place_allocations(out)
+    return simplify_func(out)
+
+
+def free_vars(s: Stmt) -> set[Var]:
+    """Vars used in s but not bound by a loop inside it."""
+    used: set[Var] = set()
+    bound: set[Var] = set()
+
+    def fe(e: Expr) -> None:
+        used.update(x for x in walk_expr(e) if isinstance(x, Var))
+
+    def go(x: Stmt) -> None:
+        if isinstance(x, For):
+            bound.add(x.var)
+            go(x.body)
+        elif isinstance(x, Seq):
+            for y in x.stmts:
+                go(y)
+        elif isinstance(x, Allocate):
+            go(x.body)
+        elif isinstance(x, IfThenElse):
+            fe(x.cond)
+            go(x.then)
+            if x.orelse is not None:
+                go(x.orelse)
+        elif isinstance(x, Store):
+            fe(x.value)
+            for i in x.indices:
+                fe(i)
+
+    go(s)
+    return used - bound
+
+
+__all__ = ["flatten", "free_vars", "place_allocations", "map_expr", "substitute"]

@@ -1,0 +1,406 @@
+"""TensorIR: the loop-nest program of one kernel.
+
+Expressions and statements are frozen values. Variables and buffers compare by identity (two
+loops may share a name hint; the printer and the schedule use unique names per PrimFunc).
+Blocks (one per computed tensor) carry iteration variables bound to loop expressions, so the
+schedule primitives can move loops around them without changing what they compute; `flatten`
+(see compiler.tir.flatten) turns blocks into plain loads/stores before code generation.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+INDEX = "int64"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Var:
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True, slots=True)
+class IntImm:
+    value: int
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True, slots=True)
+class FloatImm:
+    value: float
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp:
+    """Arithmetic, comparison and logic. `//` and `%` are floor division/modulo."""
+
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:
+        if self.op in CMP_OPS or self.op in ("and", "or"):
+            return "bool"
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    a: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A math intrinsic (exp, log, sqrt, tanh, erf, fabs, floor, ceil, round, pow)."""
+
+    name: str
+    args: tuple[Expr, ...]
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    cond: Expr
+    t: Expr
+    f: Expr
+
+    @property
+    def dtype(self) -> str:
+        return self.t.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Cast:
+    dtype: str
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer:
+    """A dense row-major array. scope: 'global' (params, heap/workspace) or 'local' (registers/stack)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    scope: str = "global"
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def with_shape(self, shape: Sequence[int], scope: str | None = None) -> Buffer:
+        return Buffer(self.name, tuple(shape), self.dtype, scope or self.scope)
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
+
+
+Expr = Var | IntImm | FloatImm | BinOp | Not | Call | Select | Cast | Load
+
+ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
+CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+@dataclass(frozen=True, slots=True)
+class For:
+    var: Var
+    extent: int
+    kind: ForKind
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Seq:
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class IfThenElse:
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate:
+    """Scope of a kernel-internal buffer (its storage lives for the duration of `body`)."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class IterVar:
+    var: Var
+    extent: int
+    reduce: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One computation instance: iter vars bound to expressions of the surrounding loops.
+
+    `init` runs when every reduction iter var is at 0 (start of a reduction). `predicate`
+    guards instances that splits with non-dividing factors add.
+    """
+
+    name: str
+    iter_vars: tuple[IterVar, ...]
+    bindings: tuple[Expr, ...]
+    body: Stmt
+    init: Stmt | None = None
+    predicate: Expr | None = None
+
+
+Stmt = For | Seq | Store | IfThenElse | Allocate | Block
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A packed layout of a constant parameter: split axes by factors, then permute.
+
+    E.g. weights [K, N] -> [N/16, K, 16] is splits=((1, 16),), perm=(1, 0, 2). Axes are padded
+    with zeros up to a multiple of their factor. The compiler applies the same map to the
+    constant's data when it builds the artifact.
+    """
+
+    splits: tuple[tuple[int, int], ...]
+    perm: tuple[int, ...]
+
+    def split_shape(self, shape: Sequence[int]) -> list[int]:
+        out: list[int] = []
+        factors = dict(self.splits)
+        for axis, d in enumerate(shape):
+            if axis in factors:
+                f = factors[axis]
+                out += [-(-d // f), f]
+            else:
+                out.append(d)
+        return out
+
+    def packed_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        split = self.split_shape(shape)
+        return tuple(split[p] for p in self.perm)
+
+    def map_indices(self, ix: Sequence[Expr]) -> tuple[Expr, ...]:
+        factors = dict(self.splits)
+        split: list[Expr] = []
+        for axis, i in enumerate(ix):
+            if axis in factors:
+                f = IntImm(factors[axis])
+                split += [BinOp("//", i, f), BinOp("%", i, f)]
+            else:
+                split.append(i)
+        return tuple(split[p] for p in self.perm)
+
+    def to_json(self) -> dict[str, list[list[int]] | list[int]]:
+        return {"splits": [list(s) for s in self.splits], "perm": list(self.perm)}
+
+
+@dataclass(frozen=True, slots=True)
+class PrimFunc:
+    """A kernel: buffer parameters (inputs first, output last) and a body.
+
+    `layouts` names parameters that the schedule packed (param name -> Layout): their data must
+    be packed the same way before the kernel is called.
+    """
+
+    name: str
+    params: tuple[Buffer, ...]
+    body: Stmt
+    layouts: tuple[tuple[str, Layout], ...] = ()
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def const(value: int | float, dtype: str = INDEX) -> Expr:
+    if dtype.startswith("float"):
+        return FloatImm(float(value), dtype)
+    return IntImm(int(value), dtype)
+
+
+def wrap(x: Expr | int | float) -> Expr:
+    if isinstance(x, bool):
+        return IntImm(int(x), "bool")
+    if isinstance(x, int):
+        return IntImm(x)
+    if isinstance(x, float):
+        return FloatImm(x)
+    return x
+
+
+def seq(stmts: Sequence[Stmt]) -> Stmt:
+    flat: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def children_of(stmt: Stmt) -> tuple[Stmt, ...]:
+    if isinstance(stmt, (For, Allocate, Block)):
+        return (stmt.body,)
+    if isinstance(stmt, Seq):
+        return stmt.stmts
+    if isinstance(stmt, IfThenElse):
+        return (stmt.then,) if stmt.orelse is None else (stmt.then, stmt.orelse)
+    return ()
+
+
+def walk_stmts(stmt: Stmt):  # type: ignore[no-untyped-def]
+    """Pre-order iteration over statements (blocks' init included)."""
+    stack = [stmt]
+    while stack:
+        s = stack.pop()
+        yield s
+        kids = list(children_of(s))
+        if isinstance(s, Block) and s.init is not None:
+            kids.insert(0, s.init)
+        stack.extend(reversed(kids))
+
+
+def expr_children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, BinOp):
+        return (e.a, e.b)
+    if isinstance(e, (Not,)):
+        return (e.a,)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Select):
+        return (e.cond, e.t, e.f)
+    if isinstance(e, Cast):
+        return (e.value,)
+    if isinstance(e, Load):
+        return e.indices
+    return ()
+
+
+def walk_expr(e: Expr):  # type: ignore[no-untyped-def]
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(expr_children(x))
+
+
+def expr_vars(e: Expr) -> set[Var]:
+    return {x for x in walk_expr(e) if isinstance(x, Var)}
+
+
+def map_expr(e: Expr, fn) -> Expr:  # type: ignore[no-untyped-def]
+    """Bottom-up rebuild; fn(node_with_new_children) -> replacement or None (keep)."""
+    if isinstance(e, BinOp):
+        a, b = map_expr(e.a, fn), map_expr(e.b, fn)
+        e = e if (a is e.a and b is e.b) else BinOp(e.op, a, b)
+    elif isinstance(e, Not):
+        a = map_expr(e.a, fn)
+        e = e if a is e.a else Not(a)
+    elif isinstance(e, Call):
+        args = tuple(map_expr(x, fn) for x in e.args)
+        e = Call(e.name, args, e.dtype)
+    elif isinstance(e, Select):
+        e = Select(map_expr(e.cond, fn), map_expr(e.t, fn), map_expr(e.f, fn))
+    elif isinstance(e, Cast):
+        e = Cast(e.dtype, map_expr(e.value, fn))
+    elif isinstance(e, Load):
+        e = Load(e.buffer, tuple(map_expr(x, fn) for x in e.indices))
+    r = fn(e)
+    return e if r is None else r
+
+
+def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    if not mapping:
+        return e
+    return map_expr(e, lambda x: mapping.get(x) if isinstance(x, Var) else None)
+
+
+def map_stmt(stmt: Stmt, fs, fe=None) -> Stmt:  # type: ignore[no-untyped-def]
+    """Bottom-up statement rebuild. fs(stmt) -> replacement or None; fe applied to expressions."""
+
+    def ex(e: Expr) -> Expr:
+        return e if fe is None else map_expr(e, fe)
+
+    s = stmt
+    if isinstance(s, For):
+        s = For(s.var, s.extent, s.kind, map_stmt(s.body, fs, fe))
+    elif isinstance(s, Seq):
+        s = seq([map_stmt(x, fs, fe) for x in s.stmts])
+    elif isinstance(s, Store):
+        s = Store(s.buffer, tuple(ex(i) for i in s.indices), ex(s.value))
+    elif isinstance(s, IfThenElse):
+        s = IfThenElse(
+            ex(s.cond), map_stmt(s.then, fs, fe), None if s.orelse is None else map_stmt(s.orelse, fs, fe)
+        )
+    elif isinstance(s, Allocate):
+        s = Allocate(s.buffer, map_stmt(s.body, fs, fe))
+    elif isinstance(s, Block):
+        s = Block(
+            s.name,
+            s.iter_vars,
+            tuple(ex(b) for b in s.bindings),
+            map_stmt(s.body, fs, fe),
+            None if s.init is None else map_stmt(s.init, fs, fe),
+            None if s.predicate is None else ex(s.predicate),
+        )
+    r = fs(s)
+    return s if r is None else r
+
+
+def substitute_stmt(stmt: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+    if not mapping:
+        return stmt
+    return map_stmt(stmt, lambda s: None, lambda x: mapping.get(x) if isinstance(x, Var) else None)
+
+
+def replace_buffer(stmt: Stmt, old: Buffer, new: Buffer, index_fn=None) -> Stmt:  # type: ignore[no-untyped-def]
+    """Point every load/store of `old` at `new`, optionally remapping indices."""
+
+    def idx(ix: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        return tuple(index_fn(ix)) if index_fn else ix
+
+    def fe(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and e.buffer is old:
+            return Load(new, idx(e.indices))
+        return None
+
+    def fs(s: Stmt) -> Stmt | None:
+        if isinstance(s, Store) and s.buffer is old:
+            return Store(new, idx(s.indices), s.value)
+        if isinstance(s, Allocate) and s.buffer is old:
+            return Allocate(new, s.body)
+        return None
+
+    return map_stmt(stmt, fs, fe)

@@ -1,0 +1,254 @@
+"""Index and arithmetic simplification.
+
+Integer expressions are normalised to linear forms (sum of coefficient * atom + constant); floor
+division and modulo by a constant are resolved when loop ranges prove the remainder stays inside
+one period — this is what turns `(o * 16 + i) // 16` back into `o` after a split.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from compiler.tir.ir import (
+    BinOp,
+    Call,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Load,
+    Not,
+    Select,
+    Var,
+)
+
+Ranges = Mapping[Var, int]  # var -> extent (values 0 .. extent-1)
+INF = math.inf
+
+
+def _is_int(e: Expr) -> bool:
+    return e.dtype.startswith("int")
+
+
+def _linear(e: Expr) -> tuple[dict[Expr, int], int] | None:
+    """e as ({atom: coeff}, const) when built from + - * by constants; None otherwise."""
+    if isinstance(e, IntImm):
+        return {}, e.value
+    if isinstance(e, BinOp) and e.op in ("+", "-"):
+        la, lb = _linear(e.a), _linear(e.b)
+        if la is None or lb is None:
+            return None
+        sign = 1 if e.op == "+" else -1
+        terms = dict(la[0])
+        for k, v in lb[0].items():
+            terms[k] = terms.get(k, 0) + sign * v
+        return {k: v for k, v in terms.items() if v != 0}, la[1] + sign * lb[1]
+    if isinstance(e, BinOp) and e.op == "*":
+        la, lb = _linear(e.a), _linear(e.b)
+        if la is None or lb is None:
+            return None
+        if not la[0]:
+            la, lb = lb, la
+        if not lb[0]:
+            c = lb[1]
+            return {k: v * c for k, v in la[0].items() if v * c != 0}, la[1] * c
+        return None
+    if isinstance(e, (Var, BinOp, Load, Select, Call, Cast)):
+        return {e: 1}, 0
+    return None
+
+
+def _from_linear(terms: dict[Expr, int], c: int) -> Expr:
+    out: Expr | None = None
+    for atom, k in terms.items():
+        t: Expr = atom if k == 1 else BinOp("*", atom, IntImm(k))
+        if out is None:
+            out = t
+        elif k < 0:
+            out = BinOp("-", out, atom if k == -1 else BinOp("*", atom, IntImm(-k)))
+        else:
+            out = BinOp("+", out, t)
+    if out is None:
+        return IntImm(c)
+    if c > 0:
+        return BinOp("+", out, IntImm(c))
+    if c < 0:
+        return BinOp("-", out, IntImm(-c))
+    return out
+
+
+def bounds(e: Expr, ranges: Ranges) -> tuple[float, float]:
+    """Inclusive integer bounds of e (±inf when unknown)."""
+    if isinstance(e, IntImm):
+        return e.value, e.value
+    if isinstance(e, Var):
+        ext = ranges.get(e)
+        return (0, ext - 1) if ext is not None else (-INF, INF)
+    if isinstance(e, BinOp):
+        (a0, a1), (b0, b1) = bounds(e.a, ranges), bounds(e.b, ranges)
+        if e.op == "+":
+            return a0 + b0, a1 + b1
+        if e.op == "-":
+            return a0 - b1, a1 - b0
+        if e.op == "*":
+            cands = [x * y for x in (a0, a1) for y in (b0, b1) if not (math.isinf(x) and y == 0)
+                     and not (math.isinf(y) and x == 0)]
+            return (min(cands), max(cands)) if cands else (-INF, INF)
+        if e.op == "//" and b0 == b1 and b0 > 0:
+            return (a0 // b0 if not math.isinf(a0) else a0), (a1 // b0 if not math.isinf(a1) else a1)
+        if e.op == "%" and b0 == b1 and b0 > 0:
+            if a0 >= 0 and a1 < b0:
+                return a0, a1
+            return 0, b0 - 1
+        if e.op == "min":
+            return min(a0, b0), min(a1, b1)
+        if e.op == "max":
+            return max(a0, b0), max(a1, b1)
+    if isinstance(e, Select):
+        (t0, t1), (f0, f1) = bounds(e.t, ranges), bounds(e.f, ranges)
+        return min(t0, f0), max(t1, f1)
+    return -INF, INF
+
+
+def _divmod(op: str, a: Expr, c: int, ranges: Ranges) -> Expr:
+    lin = _linear(a)
+    if lin is None:
+        return BinOp(op, a, IntImm(c))
+    terms, k = lin
+    quot = {t: v // c for t, v in terms.items() if v % c == 0}
+    rest = {t: v for t, v in terms.items() if v % c != 0}
+    kq, kr = divmod(k, c)
+    rem = _from_linear(rest, kr)
+    lo, hi = bounds(rem, ranges)
+    if not (math.isinf(lo) or math.isinf(hi)) and lo // c == hi // c:
+        shift = int(lo // c)
+        if op == "//":
+            return _from_linear(quot, kq + shift)
+        return simplify(_from_linear(rest, kr - shift * c), ranges)
+    if op == "%":
+        return BinOp("%", rem, IntImm(c)) if not rest or quot else BinOp("%", a, IntImm(c))
+    return BinOp("//", a, IntImm(c))
+
+
+_FOLD = {
+    "+": lambda x, y: x + y,
+    "-": lambda x, y: x - y,
+    "*": lambda x, y: x * y,
+    "min": min,
+    "max": max,
+    "<": lambda x, y: x < y,
+    "<=": lambda x, y: x <= y,
+    ">": lambda x, y: x > y,
+    ">=": lambda x, y: x >= y,
+    "==": lambda x, y: x == y,
+    "!=": lambda x, y: x != y,
+}
+
+
+def _const_value(e: Expr) -> int | float | None:
+    if isinstance(e, (IntImm, FloatImm)):
+        return e.value
+    return None
+
+
+def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
+    ranges = ranges or {}
+    if isinstance(e, BinOp):
+        a, b = simplify(e.a, ranges), simplify(e.b, ranges)
+        ca, cb = _const_value(a), _const_value(b)
+        if ca is not None and cb is not None:
+            if e.op in _FOLD:
+                v = _FOLD[e.op](ca, cb)
+                if isinstance(v, bool):
+                    return IntImm(int(v), "bool")
+                return IntImm(int(v), a.dtype) if _is_int(a) else FloatImm(float(v), a.dtype)
+            if e.op in ("//", "%") and _is_int(a) and cb != 0:
+                return IntImm(int(ca // cb) if e.op == "//" else int(ca % cb), a.dtype)
+            if e.op == "/" and not _is_int(a) and cb != 0:
+                return FloatImm(ca / cb, a.dtype)
+        if e.op in ("and", "or") and (ca is not None or cb is not None):
+            k, other = (ca, b) if ca is not None else (cb, a)
+            if e.op == "and":
+                return other if k else IntImm(0, "bool")
+            return IntImm(1, "bool") if k else other
+        if _is_int(a) and e.op in ("+", "-", "*"):
+            lin = _linear(BinOp(e.op, a, b))
+            if lin is not None:
+                return _from_linear(*lin)
+        if _is_int(a) and e.op in ("//", "%") and isinstance(cb, int) and cb > 0:
+            if cb == 1:
+                return a if e.op == "//" else IntImm(0, a.dtype)
+            return _divmod(e.op, a, cb, ranges)
+        if _is_int(a) and (e.op in ("min", "max") or e.op in ("<", "<=", ">", ">=", "==", "!=")):
+            (a0, a1), (b0, b1) = bounds(a, ranges), bounds(b, ranges)
+            if e.op == "min":
+                if a1 <= b0:
+                    return a
+                if b1 <= a0:
+                    return b
+            elif e.op == "max":
+                if a0 >= b1:
+                    return a
+                if b0 >= a1:
+                    return b
+            else:
+                decided = _decide(e.op, a0, a1, b0, b1)
+                if decided is not None:
+                    return IntImm(int(decided), "bool")
+        if not _is_int(a):
+            if e.op == "*" and (ca == 1.0 or cb == 1.0):
+                return b if ca == 1.0 else a
+            if e.op == "+" and (ca == 0.0 or cb == 0.0):
+                return b if ca == 0.0 else a
+        return e if (a is e.a and b is e.b) else BinOp(e.op, a, b)
+    if isinstance(e, Select):
+        c = simplify(e.cond, ranges)
+        if isinstance(c, IntImm):
+            return simplify(e.t if c.value else e.f, ranges)
+        return Select(c, simplify(e.t, ranges), simplify(e.f, ranges))
+    if isinstance(e, Not):
+        a = simplify(e.a, ranges)
+        if isinstance(a, IntImm):
+            return IntImm(int(not a.value), "bool")
+        return Not(a)
+    if isinstance(e, Load):
+        return Load(e.buffer, tuple(simplify(i, ranges) for i in e.indices))
+    if isinstance(e, Call):
+        return Call(e.name, tuple(simplify(x, ranges) for x in e.args), e.dtype)
+    if isinstance(e, Cast):
+        v = simplify(e.value, ranges)
+        cv = _const_value(v)
+        if cv is not None:
+            if e.dtype.startswith("float"):
+                return FloatImm(float(cv), e.dtype)
+            if e.dtype.startswith("int"):
+                return IntImm(int(cv), e.dtype)
+        if v.dtype == e.dtype:
+            return v
+        return Cast(e.dtype, v)
+    return e
+
+
+def _decide(op: str, a0: float, a1: float, b0: float, b1: float) -> bool | None:
+    if op == "<":
+        return True if a1 < b0 else False if a0 >= b1 else None
+    if op == "<=":
+        return True if a1 <= b0 else False if a0 > b1 else None
+    if op == ">":
+        return True if a0 > b1 else False if a1 <= b0 else None
+    if op == ">=":
+        return True if a0 >= b1 else False if a1 < b0 else None
+    if op == "==":
+        if a0 == a1 == b0 == b1:
+            return True
+        return False if a1 < b0 or b1 < a0 else None
+    if op == "!=":
+        d = _decide("==", a0, a1, b0, b1)
+        return None if d is None else not d
+    return None
+
+
+def affine_coeffs(e: Expr) -> tuple[dict[Expr, int], int] | None:
+    """Public view of the linear form (used by region analysis and the vectorizer)."""
+    return _linear(simplify(e))
