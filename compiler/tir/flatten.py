@@ -16,6 +16,7 @@ from compiler.tir.ir import (
     Buffer,
     Expr,
     For,
+    ForKind,
     IfThenElse,
     IntImm,
     Load,
@@ -32,7 +33,6 @@ from compiler.tir.ir import (
     walk_expr,
 )
 from compiler.tir.schedule import _access_region, simplify_func
-from compiler.tir.simplify import simplify
 
 
 def _unblock(s: Stmt) -> Stmt | None:
@@ -90,6 +90,18 @@ def _strip_allocs(s: Stmt, found: list[Buffer]) -> Stmt:
     return map_stmt(s, fs)
 
 
+def _vector_last(uses: list[tuple[tuple[For, ...], tuple[Expr, ...]]], ndim: int) -> list[int]:
+    """Dim order for a compacted local buffer: dims indexed by a vectorized loop go last, so
+    vector accesses to a register tile are contiguous."""
+    score = [0] * ndim
+    for path, ix in uses:
+        vec = [f.var for f in path if f.kind is ForKind.VECTORIZED]
+        for d, i in enumerate(ix):
+            if any(x in vec for x in walk_expr(i) if isinstance(x, Var)):
+                score[d] += 1
+    return sorted(range(ndim), key=lambda d: (score[d] > 0, d))
+
+
 def place_allocations(func: PrimFunc) -> PrimFunc:
     buffers: list[Buffer] = []
     body = _strip_allocs(func.body, buffers)
@@ -121,25 +133,28 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
                 lo = min(r[d][1] for r in regions)
                 hi = max(r[d][2] for r in regions)
                 dims.append((base, lo, hi))
-            new = Buffer(buf.name, tuple(hi - lo + 1 for _, lo, hi in dims), buf.dtype, buf.scope)
-            remap[buf] = (new, [(base, lo) for base, lo, _ in dims])
+            order = _vector_last(uses, len(dims))
+            new = Buffer(buf.name, tuple(dims[d][2] - dims[d][1] + 1 for d in order), buf.dtype, buf.scope)
+            remap[buf] = (new, [(dims[d][0], dims[d][1], d) for d in order])
             buf = new
         if lca:
             at_loop.setdefault(id(lca[-1]), []).append(buf)
         else:
             root.append(buf)
 
+    def remapped(ix: tuple[Expr, ...], offs: list[tuple[Expr, int, int]]) -> tuple[Expr, ...]:
+        return tuple(BinOp("-", ix[d], BinOp("+", b, IntImm(lo))) for b, lo, d in offs)
+
     def fe(e: Expr) -> Expr | None:
         if isinstance(e, Load) and e.buffer in remap:
             new, offs = remap[e.buffer]
-            return Load(new, tuple(BinOp("-", i, BinOp("+", b, IntImm(lo))) for i, (b, lo) in zip(e.indices, offs, strict=True)))
+            return Load(new, remapped(e.indices, offs))
         return None
 
     def fs(x: Stmt) -> Stmt | None:
         if isinstance(x, Store) and x.buffer in remap:
             new, offs = remap[x.buffer]
-            return Store(new, tuple(BinOp("-", i, BinOp("+", b, IntImm(lo)))
-                                    for i, (b, lo) in zip(x.indices, offs, strict=True)), x.value)
+            return Store(new, remapped(x.indices, offs), x.value)
         return None
 
     def place(s: Stmt) -> Stmt:

@@ -323,7 +323,7 @@ def cache_write(func: PrimFunc, block: str, scope: str = "local") -> tuple[PrimF
     new_b = Block(b.name, b.iter_vars, b.bindings, replace_buffer(b.body, buf, local),
                   None if b.init is None else replace_buffer(b.init, buf, local), b.predicate)
     wb_name = f"{buf.name}_wb"
-    ivs = tuple(IterVar(Var(f"{wb_name}_v{d}"), n) for d, n in enumerate(buf.shape))
+    ivs = tuple(IterVar(Var(f"i{d}"), n) for d, n in enumerate(buf.shape))
     lvars = [Var(_unique(func, f"{wb_name}_i{d}")) for d in range(len(buf.shape))]
     wb: Stmt = Block(wb_name, ivs, tuple(lvars), Store(buf, tuple(iv.var for iv in ivs),
                                                         Load(local, tuple(iv.var for iv in ivs))))
@@ -407,35 +407,46 @@ def _inner_ranges(loop: For) -> dict[Var, int]:
 
 def _placed_nest(b: Block, region: list[tuple[Expr, int, int]], shape: Sequence[int],
                  outer_ranges: dict[Var, int], name_of) -> Stmt:  # type: ignore[no-untyped-def]
-    """A new nest running block b (identity-writing, spatial) over `region`."""
-    lvars = [Var(name_of(d)) for d in range(len(region))]
-    bindings: list[Expr] = []
+    """A new nest running block b (writing buf[spatial iterators]) over `region` of its output.
+
+    Reduction iterators of b get full-extent loops inside the spatial ones.
+    """
+    if b.predicate is not None:  # it would refer to the block's old loops
+        raise ScheduleError(f"block {b.name!r} has a predicate and cannot be moved")
+    spatial = [k for k, iv in enumerate(b.iter_vars) if not iv.reduce]
+    reduce_ = [k for k, iv in enumerate(b.iter_vars) if iv.reduce]
+    lvars = [Var(name_of(k)) for k in spatial]
+    rvars = [Var(name_of(k)) for k in reduce_]
+    bindings: list[Expr] = [IntImm(0)] * len(b.iter_vars)
     preds: list[Expr] = []
     ranges = dict(outer_ranges)
-    for d, ((base, lo, hi), v) in enumerate(zip(region, lvars, strict=True)):
+    for d, (k, (base, lo, hi), v) in enumerate(zip(spatial, region, lvars, strict=True)):
         ranges[v] = hi - lo + 1
         bnd = simplify(BinOp("+", base, BinOp("+", v, IntImm(lo))), ranges)
-        bindings.append(bnd)
+        bindings[k] = bnd
         b0, b1 = bounds(bnd, ranges)
         if b0 < 0:
             preds.append(BinOp(">=", bnd, IntImm(0)))
         if b1 > shape[d] - 1:
             preds.append(BinOp("<", bnd, IntImm(shape[d])))
-    if b.predicate is not None:  # it would refer to the block's old loops
-        raise ScheduleError(f"block {b.name!r} has a predicate and cannot be moved")
+    for k, v in zip(reduce_, rvars, strict=True):
+        bindings[k] = v
     pred: Expr | None = None
     for p in preds:
         pred = p if pred is None else BinOp("and", pred, p)
     nb: Stmt = Block(b.name, b.iter_vars, tuple(bindings), b.body, b.init, pred)
+    for k, v in zip(reversed(reduce_), reversed(rvars), strict=True):
+        nb = For(v, b.iter_vars[k].extent, ForKind.SERIAL, nb)
     for v, (_, lo, hi) in zip(reversed(lvars), reversed(region), strict=True):
         nb = For(v, hi - lo + 1, ForKind.SERIAL, nb)
     return nb
 
 
-def _identity_block(b: Block, where: str) -> Buffer:
-    if any(iv.reduce for iv in b.iter_vars) or not isinstance(b.body, Store):
+def _identity_block(b: Block, where: str, allow_reduce: bool = False) -> Buffer:
+    """The buffer b writes at exactly its spatial iterators (what moving a block requires)."""
+    if (not allow_reduce and any(iv.reduce for iv in b.iter_vars)) or not isinstance(b.body, Store):
         raise ScheduleError(f"{where}: block {b.name!r} must be a spatial single-store block")
-    if list(b.body.indices) != [iv.var for iv in b.iter_vars]:
+    if list(b.body.indices) != [iv.var for iv in b.iter_vars if not iv.reduce]:
         raise ScheduleError(f"{where}: block {b.name!r} must store at its own iterators")
     return b.body.buffer
 
@@ -489,13 +500,17 @@ def compute_at(func: PrimFunc, block: str, loop: str) -> PrimFunc:
     bpath = find_block(func, block)
     b = bpath[-1]
     assert isinstance(b, Block)
-    buf = _identity_block(b, where)
+    buf = _identity_block(b, where, allow_reduce=True)
     lpath = find_loop(func, loop)
     lp = lpath[-1]
     assert isinstance(lp, For)
     if _contains(lp, b):
         raise ScheduleError(f"{where}: block is already under the loop")
     consumers = _blocks_under(lp)
+    inside = {id(c) for c in consumers}
+    for other in _blocks_under(func.body):
+        if id(other) not in inside and other is not b and _block_access_indices(other, buf, loads=True):
+            raise ScheduleError(f"{where}: block {other.name!r} outside the loop also reads {buf.name}")
     accesses = [ix for c in consumers for ix in _block_access_indices(c, buf, loads=True)]
     if not accesses:
         raise ScheduleError(f"{where}: nothing under the loop reads {buf.name}")

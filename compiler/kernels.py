@@ -1,0 +1,201 @@
+"""Fused group -> kernel: lower to a PrimFunc, schedule it (default, tuned record or override),
+flatten it for code generation. Also the stable workload key the tuner and database use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from compiler.errors import CompilerError, ScheduleError
+from compiler.graph.ir import Call, Const, Var
+from compiler.ops import registry
+from compiler.target import Target
+from compiler.tir import compute as te
+from compiler.tir.flatten import flatten
+from compiler.tir.ir import PrimFunc
+from compiler.tir.lower import lower, stages_of
+from compiler.tir.rules import KernelInfo, generic_schedule
+from compiler.tir.trace import Schedule, Trace, replay
+
+WORKLOAD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ScheduleChoice:
+    """A schedule to apply instead of the default, with where it came from (for the manifest)."""
+
+    trace: Trace
+    provenance: Mapping[str, Any]  # {"source": "record"|"override", "record_id": ..., ...}
+
+
+class ScheduleSource(Protocol):
+    """What the compiler asks for tuned schedules (implemented over the tuning database)."""
+
+    def lookup(self, workload_key: str, target_key: str) -> ScheduleChoice | None: ...
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A lowered, unscheduled kernel plus what schedules need to know about it."""
+
+    key: str
+    func: PrimFunc
+    info: KernelInfo
+    const_params: frozenset[str]
+    anchor_op: str | None
+    flops: int
+    nodes: tuple[str, ...]  # source node names fused into this kernel
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    symbol: str
+    workload: Workload
+    scheduled: PrimFunc
+    flat: PrimFunc
+    trace: Trace
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _sym(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return s if s and not s[0].isdigit() else f"k_{s}"
+
+
+def workload_key(group: Any, const_params: frozenset[int]) -> str:
+    """Content hash of the group's computation: ops, attributes, types, which params are constant.
+
+    Node names and constant values are left out so identical kernels share one key everywhere.
+    """
+    body = group.body
+    index: dict[int, int] = {id(v): k for k, v in enumerate(group.params)}
+    ops = []
+    for k, node in enumerate(body.calls()):
+        index[id(node)] = len(group.params) + k
+        ops.append([node.op, [index[id(a)] for a in node.args], _canon(node.attrs), list(node.type.shape),
+                    node.type.dtype])
+    payload = {
+        "v": WORKLOAD_VERSION,
+        "params": [[list(p.type.shape), p.type.dtype, k in const_params] for k, p in enumerate(group.params)],
+        "ops": ops,
+        "out": index[id(body.outputs[0])],
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _canon(attrs: Any) -> Any:
+    if isinstance(attrs, tuple):
+        return [_canon(a) for a in attrs]
+    if isinstance(attrs, float) and attrs != attrs:
+        return "nan"
+    if isinstance(attrs, float) and attrs in (float("inf"), float("-inf")):
+        return str(attrs)
+    return attrs
+
+
+def _flops(func_stages: list[te.Tensor]) -> int:
+    total = 0
+    for t in func_stages:
+        assert t.op is not None
+        n = 1
+        for d in t.shape:
+            n *= d
+        if isinstance(t.op.body, te.Reduce):
+            r = 1
+            for ax in t.op.body.axes:
+                r *= ax.extent
+            total += 2 * n * r
+        else:
+            total += n
+    return total
+
+
+def lower_group(group: Any, kernel_name: str, target: Target, const_params: frozenset[int]) -> Workload:
+    """Evaluate every op's compute definition over the group's params and lower the result."""
+    with te.tensor_scope():
+        env: dict[int, te.Tensor] = {}
+        params = []
+        for k, v in enumerate(group.params):
+            t = te.placeholder(v.type.shape, v.type.dtype, f"p{k}")
+            env[id(v)] = t
+            params.append(t)
+        used: dict[str, int] = {}
+        anchor_name: str | None = None
+        nodes = []
+        for node in group.body.calls():
+            opdef = registry.get(node.op)
+            if opdef.compute is None:
+                raise CompilerError(f"op {node.op} has no compute definition", node=node.name, op=node.op)
+            args = []
+            for a in node.args:
+                if isinstance(a, (Var, Call)):
+                    args.append(env[id(a)])
+                elif isinstance(a, Const):
+                    raise CompilerError("constant inside a fused group body", node=node.name, op=node.op)
+            k = used.get(node.op, 0)
+            used[node.op] = k + 1
+            stage = node.op if k == 0 else f"{node.op}_{k}"
+            try:
+                t = opdef.compute(args, node.attr_dict, node.type, stage)
+            except (KeyError, ValueError, TypeError) as e:
+                raise CompilerError(f"cannot lower: {e}", node=node.name, op=node.op) from e
+            env[id(node)] = t
+            nodes.append(node.name)
+            if group.anchor is not None and node is group.anchor:
+                anchor_name = stage
+        output = env[id(group.body.outputs[0])]
+        if output.op is None:
+            raise CompilerError(f"kernel {kernel_name} computes nothing")
+        stages = stages_of(output)
+        func = lower(kernel_name, params, output)
+    tags = {}
+    names = {t.op.name for t in stages if t.op}
+    for t in stages:
+        assert t.op is not None
+        tags[t.op.name] = t.op.tag
+    if anchor_name is not None and anchor_name not in names:
+        anchor_name = None
+    info = KernelInfo(target=target, output_block=func.params[-1].name, anchor_block=anchor_name, tags=tags)
+    cparams = frozenset(f"p{k}" for k in const_params)
+    anchor_op = group.anchor.op if group.anchor is not None else None
+    return Workload(workload_key(group, const_params), func, info, cparams, anchor_op, _flops(stages),
+                    tuple(nodes))
+
+
+def default_schedule(w: Workload) -> Schedule:
+    """The op family's default schedule for this target; the generic one if it does not apply."""
+    opdef = registry.get(w.anchor_op) if w.anchor_op else None
+    if opdef is not None and opdef.schedule is not None and w.info.anchor_block is not None:
+        sch = Schedule(w.func, w.const_params)
+        try:
+            opdef.schedule(sch, w.info)
+            return sch
+        except ScheduleError:
+            pass
+    sch = Schedule(w.func, w.const_params)
+    generic_schedule(sch, w.info)
+    return sch
+
+
+def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -> Kernel:
+    if choice is not None:
+        try:
+            sch = replay(w.func, choice.trace, w.const_params)
+            provenance = dict(choice.provenance)
+        except ScheduleError as e:
+            if choice.provenance.get("source") == "override":
+                raise ScheduleError(f"override schedule for kernel {name} does not apply: {e}") from e
+            sch = default_schedule(w)
+            provenance = {"source": "default", "note": f"tuned record did not apply: {e}"}
+    else:
+        sch = default_schedule(w)
+        provenance = {"source": "default"}
+    flat = flatten(sch.func)
+    return Kernel(name, _sym(name), w, sch.func, flat, sch.trace, provenance)

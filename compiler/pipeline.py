@@ -1,0 +1,216 @@
+"""The whole compilation path, one named stage per line.
+
+ONNX -> graph -> optimized graph -> fused groups -> TIR per group -> scheduled TIR -> LLVM ->
+shared library -> artifact. `inspect_model` stops at any stage and prints it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from compiler.codegen.library import CodeLibrary
+from compiler.errors import CompilerError
+from compiler.frontend.onnx import load_onnx
+from compiler.graph.ir import Call, Graph
+from compiler.graph.passes import run_passes
+from compiler.graph.passes.fuse import partition, print_fused
+from compiler.graph.printer import print_graph
+from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernel, lower_group
+from compiler.planner import make_plan
+from compiler.runtime.archive import write_artifact
+from compiler.target import Target, parse_target
+from compiler.tir.printer import func_str
+from compiler.version import __version__
+
+STAGES = ("graph", "optimized", "fused", "tir", "scheduled", "llvm", "asm")
+ModelInput = bytes | str | os.PathLike[str] | onnx.ModelProto
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    target: str = "host"
+    opt_level: int = 3
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    dump_ir: str | None = None
+    # node name -> schedule to force for the kernel containing that node (per-node override)
+    overrides: Mapping[str, ScheduleChoice] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.opt_level <= 3:
+            raise CompilerError(f"opt level must be 0..3, got {self.opt_level}")
+
+
+@dataclass
+class Frontier:
+    """Everything built up to code generation (shared by compile and inspect)."""
+
+    target: Target
+    graph: Graph
+    optimized: Graph
+    passes: list[str]
+    fused: Graph
+    groups: list[Call]  # fused calls that become kernels, in execution order
+    workloads: dict[int, Workload]  # id(fused call) -> workload
+    aliases: set[int]  # id(fused call) of pure reshapes (no kernel)
+
+
+@dataclass
+class CompiledModel:
+    manifest: dict[str, Any]
+    library: bytes
+    plan: dict[str, Any]
+    params: bytes
+    kernels: list[Kernel]
+    timings: dict[str, float]
+
+    def save(self, path: str | os.PathLike[str]) -> str:
+        return write_artifact(path, manifest=self.manifest, library=self.library, plan=self.plan,
+                              params=self.params)
+
+
+def _is_alias(call: Call) -> bool:
+    group = call.attr("group")
+    return all(n.op == "reshape" for n in group.body.calls())
+
+
+def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
+    target = parse_target(options.target)
+    graph = load_onnx(model, dict(options.shapes))  # parse, check, bind shapes, fold shape subgraphs
+    optimized, passes = run_passes(graph, options.opt_level)  # graph passes chosen by opt level
+    fused = partition(optimized, fuse=options.opt_level >= 3)  # one group per kernel
+    outputs = {id(o) for o in fused.outputs}
+    groups: list[Call] = []
+    workloads: dict[int, Workload] = {}
+    aliases: set[int] = set()
+    used_names: set[str] = set()
+    for node in fused.nodes():
+        if not isinstance(node, Call):
+            continue
+        if _is_alias(node) and id(node) not in outputs:
+            aliases.add(id(node))
+            continue
+        group = node.attr("group")
+        name = group.name
+        while name in used_names:
+            name += "_"
+        used_names.add(name)
+        consts = frozenset(k for k, a in enumerate(node.args) if a.__class__.__name__ == "Const")
+        workloads[id(node)] = lower_group(group, name, target, consts)  # compute defs -> naive TIR
+        groups.append(node)
+    return Frontier(target, graph, optimized, passes, fused, groups, workloads, aliases)
+
+
+def _choice_for(call: Call, w: Workload, options: CompileOptions, target: Target,
+                schedules: ScheduleSource | None) -> ScheduleChoice | None:
+    for node_name in w.nodes:
+        if node_name in options.overrides:
+            return options.overrides[node_name]
+    if schedules is not None:
+        return schedules.lookup(w.key, target.key)
+    return None
+
+
+def compile_model(model: ModelInput, options: CompileOptions | None = None,
+                  schedules: ScheduleSource | None = None) -> CompiledModel:
+    options = options or CompileOptions()
+    t0 = time.perf_counter()
+    fr = build_frontier(model, options)
+    t1 = time.perf_counter()
+    kernels = [build_kernel(fr.workloads[id(c)], fr.workloads[id(c)].func.name,
+                            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules))
+               for c in fr.groups]  # default / tuned / overridden schedule, then flatten
+    t2 = time.perf_counter()
+    lib = CodeLibrary(fr.target)
+    for k in kernels:
+        lib.add_kernel(k.flat, k.symbol)  # TIR -> LLVM IR
+    library = lib.shared_library()  # optimize for the target CPU, emit object, link
+    t3 = time.perf_counter()
+    by_id: dict[int, Kernel | None] = {id(c): k for c, k in zip(fr.groups, kernels, strict=True)}
+    by_id.update({a: None for a in fr.aliases})
+    plan, params = make_plan(fr.fused, by_id)  # buffers, workspace reuse, packed constants
+    manifest = _manifest(fr, kernels, options)
+    timings = {"frontend_s": t1 - t0, "schedule_s": t2 - t1, "codegen_s": t3 - t2,
+               "total_s": time.perf_counter() - t0}
+    manifest["compile_seconds"] = round(timings["total_s"], 3)
+    if options.dump_ir:
+        dump_ir(Path(options.dump_ir), fr, kernels, lib)
+    return CompiledModel(manifest, library, plan, params, kernels, timings)
+
+
+def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> dict[str, Any]:
+    return {
+        "format_version": 1,
+        "temper_version": __version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "target": fr.target.to_json(),
+        "opt_level": options.opt_level,
+        "passes": fr.passes,
+        "inputs": [{"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs],
+        "outputs": [{"name": n, "shape": list(o.type.shape), "dtype": o.type.dtype}
+                    for n, o in zip(fr.graph.output_names, fr.graph.outputs, strict=True)],
+        "kernels": [{
+            "name": k.name,
+            "symbol": k.symbol,
+            "workload_key": k.workload.key,
+            "flops": k.workload.flops,
+            "nodes": list(k.workload.nodes),
+            "schedule": {**k.provenance, "trace_sha256": hashlib.sha256(k.trace.dumps().encode()).hexdigest()},
+        } for k in kernels],
+    }
+
+
+def dump_ir(root: Path, fr: Frontier, kernels: list[Kernel], lib: CodeLibrary) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "graph.txt").write_text(print_graph(fr.graph))
+    (root / "optimized.txt").write_text(print_graph(fr.optimized))
+    (root / "fused.txt").write_text(print_fused(fr.fused))
+    kdir = root / "kernels"
+    kdir.mkdir(exist_ok=True)
+    for k in kernels:
+        (kdir / f"{k.symbol}.tir.py").write_text(func_str(k.workload.func))
+        (kdir / f"{k.symbol}.scheduled.py").write_text(func_str(k.scheduled))
+        (kdir / f"{k.symbol}.trace.json").write_text(json.dumps(k.trace.to_json(), indent=1))
+    (root / "module.ll").write_text(lib.llvm_ir())
+    (root / "module.s").write_text(lib.assembly())
+
+
+def inspect_model(model: ModelInput, stage: str, options: CompileOptions | None = None,
+                  kernel: str | None = None, schedules: ScheduleSource | None = None) -> str:
+    """Text of one pipeline stage (optionally one kernel's part of it)."""
+    options = options or CompileOptions()
+    if stage not in STAGES:
+        raise CompilerError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+    fr = build_frontier(model, options)
+    if stage == "graph":
+        return print_graph(fr.graph)
+    if stage == "optimized":
+        return print_graph(fr.optimized)
+    if stage == "fused":
+        return print_fused(fr.fused)
+    calls = fr.groups
+    if kernel is not None:
+        calls = [c for c in calls if fr.workloads[id(c)].func.name == kernel
+                 or kernel in fr.workloads[id(c)].nodes]
+        if not calls:
+            names = ", ".join(fr.workloads[id(c)].func.name for c in fr.groups)
+            raise CompilerError(f"no kernel {kernel!r}; kernels: {names}")
+    if stage == "tir":
+        return "\n".join(func_str(fr.workloads[id(c)].func) for c in calls)
+    kernels = [build_kernel(fr.workloads[id(c)], fr.workloads[id(c)].func.name,
+                            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules)) for c in calls]
+    if stage == "scheduled":
+        return "\n".join(func_str(k.scheduled) for k in kernels)
+    lib = CodeLibrary(fr.target)
+    for k in kernels:
+        lib.add_kernel(k.flat, k.symbol)
+    return lib.llvm_ir() if stage == "llvm" else lib.assembly()

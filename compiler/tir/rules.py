@@ -1,0 +1,148 @@
+"""Generic schedule rules shared by the op families' default schedules.
+
+A kernel's blocks are tagged by their compute (elemwise, broadcast, injective, reduce, pad,
+anchor...). The generic schedule inlines injective producers into their consumers, runs the
+output nest in parallel over its outer loops, vectorizes its innermost loop and computes the
+remaining producers (reductions) inside the parallel loop, per chunk of output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from compiler.errors import ScheduleError
+from compiler.target import Target
+from compiler.tir.ir import Block, For, walk_stmts
+from compiler.tir.trace import Schedule
+
+INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
+MIN_PARALLEL_WORK = 2048  # output elements below which threads cost more than they save
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What a schedule needs to know about a lowered kernel besides its loops."""
+
+    target: Target
+    output_block: str
+    anchor_block: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def try_(fn, *args) -> bool:  # type: ignore[no-untyped-def]
+    """Apply a primitive if it is legal here; schedule rules are best-effort."""
+    try:
+        fn(*args)
+        return True
+    except ScheduleError:
+        return False
+
+
+def inline_injective(sch: Schedule, info: KernelInfo, keep: tuple[str, ...] = ()) -> None:
+    """Inline every injective/elementwise block except the output and `keep`."""
+    for name in list(sch.blocks()):
+        if name == info.output_block or name in keep:
+            continue
+        if info.tags.get(name, "") in INLINE_TAGS:
+            try_(sch.compute_inline, name)
+
+
+def root_loops(sch: Schedule, block: str) -> list[For]:
+    """The chain of loops directly above `block`, outermost first."""
+    from compiler.tir.schedule import find_block
+
+    path = find_block(sch.func, block)
+    return [s for s in path if isinstance(s, For)]
+
+
+def block_of(sch: Schedule, name: str) -> Block:
+    for s in walk_stmts(sch.func.body):
+        if isinstance(s, Block) and s.name == name:
+            return s
+    raise ScheduleError(f"no block {name!r}")
+
+
+def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: bool = True) -> str | None:
+    """Parallelize the outer spatial loops of `block` and vectorize its innermost spatial loop.
+
+    Returns the parallel loop's name (None when the nest is too small to be worth threads).
+    """
+    loops = root_loops(sch, block)
+    b = block_of(sch, block)
+    reduce_loops = set()
+    for iv, bnd in zip(b.iter_vars, b.bindings, strict=True):
+        if iv.reduce:
+            reduce_loops.update(v.name for v in _vars(bnd))
+    spatial = [f for f in loops if f.var.name not in reduce_loops]
+    if not spatial:
+        return None
+    # vectorize the innermost spatial loop when it is innermost overall and wide enough
+    lanes = target.lanes(b.body.buffer.dtype if hasattr(b.body, "buffer") else "float32")
+    inner = spatial[-1]
+    if inner is loops[-1] and inner.extent >= lanes:
+        if inner.extent % lanes == 0:
+            _, vi = sch.split(inner.var.name, [None, lanes])
+            sch.vectorize(vi)
+            spatial = [f for f in root_loops(sch, block) if f.var.name not in reduce_loops][:-1]
+        elif inner.extent <= 64 and len(spatial) > 1:
+            sch.vectorize(inner.var.name)
+            spatial = spatial[:-1]
+    total = 1
+    for f in loops:
+        if f.var.name not in reduce_loops:
+            total *= f.extent
+    if total < MIN_PARALLEL_WORK or not spatial:
+        return None
+    # fuse leading spatial loops (they are directly nested at the top) until enough iterations
+    chain = []
+    extent = 1
+    for f in spatial:
+        if chain and f is not _child_for(chain[-1]):
+            break
+        chain.append(f)
+        extent *= f.extent
+        if extent >= 4 * target.cores:
+            break
+    name = chain[0].var.name if len(chain) == 1 else sch.fuse(*[f.var.name for f in chain])
+    sch.parallel(name)
+    return name
+
+
+def _child_for(f: For) -> For | None:
+    return f.body if isinstance(f.body, For) else None
+
+
+def _vars(e):  # type: ignore[no-untyped-def]
+    from compiler.tir.ir import Var, walk_expr
+
+    return [x for x in walk_expr(e) if isinstance(x, Var)]
+
+
+def place_producers(sch: Schedule, info: KernelInfo, loop: str | None) -> None:
+    """Compute remaining non-output blocks at `loop` (consumers first); leave them if not legal."""
+    if loop is None:
+        return
+    for name in reversed(sch.blocks()):
+        if name == info.output_block:
+            continue
+        path_names = [f.var.name for f in root_loops(sch, name)]
+        if loop in path_names:
+            continue
+        try_(sch.compute_at, name, loop)
+
+
+def generic_schedule(sch: Schedule, info: KernelInfo) -> None:
+    """Default schedule for kernels without a family-specific one."""
+    inline_injective(sch, info)
+    par = parallel_vectorize(sch, info.output_block, info.target)
+    place_producers(sch, info, par)
+    # producers that could not move still run in parallel on their own
+    for name in sch.blocks():
+        if name == info.output_block:
+            continue
+        loops = root_loops(sch, name)
+        if par is not None and any(f.var.name == par for f in loops):
+            continue
+        if loops and loops[0].kind.value == "serial" and not any(f.kind.value == "parallel" for f in loops):
+            try_(parallel_vectorize, sch, name, info.target)

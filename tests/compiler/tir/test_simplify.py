@@ -1,0 +1,28 @@
+"""Index simplification: what makes split/fuse index arithmetic disappear."""
+
+from compiler.tir.ir import BinOp, IntImm, Var
+from compiler.tir.printer import expr_str
+from compiler.tir.simplify import bounds, simplify
+
+
+def test_split_indices_fold_back() -> None:
+    o, i = Var("o"), Var("i")
+    e = BinOp("+", BinOp("*", o, IntImm(16)), i)
+    ranges = {o: 4, i: 16}
+    assert simplify(BinOp("//", e, IntImm(16)), ranges) is o
+    assert simplify(BinOp("%", e, IntImm(16)), ranges) is i
+
+
+def test_linear_terms_combine_and_constants_fold() -> None:
+    x = Var("x")
+    e = BinOp("-", BinOp("+", BinOp("*", x, IntImm(2)), IntImm(3)), BinOp("+", x, IntImm(3)))
+    assert expr_str(simplify(e)) == "x"
+    assert simplify(BinOp("*", IntImm(6), IntImm(7))) == IntImm(42)
+
+
+def test_comparisons_decided_by_ranges() -> None:
+    x = Var("x")
+    assert simplify(BinOp("<", x, IntImm(8)), {x: 8}) == IntImm(1, "bool")
+    assert simplify(BinOp(">=", x, IntImm(0)), {x: 8}) == IntImm(1, "bool")
+    assert isinstance(simplify(BinOp("<", x, IntImm(4)), {x: 8}), BinOp)
+    assert bounds(BinOp("-", x, IntImm(1)), {x: 8}) == (-1, 6)
