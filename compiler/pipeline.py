@@ -23,7 +23,7 @@ from compiler.errors import CompilerError
 from compiler.frontend.onnx import load_onnx
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import run_passes
-from compiler.graph.passes.fuse import partition, print_fused
+from compiler.graph.passes.fuse import print_fused
 from compiler.graph.printer import print_graph
 from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernel, lower_group
 from compiler.planner import make_plan
@@ -86,8 +86,9 @@ def _is_alias(call: Call) -> bool:
 def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
     target = parse_target(options.target)
     graph = load_onnx(model, dict(options.shapes))  # parse, check, bind shapes, fold shape subgraphs
-    optimized, passes = run_passes(graph, options.opt_level)  # graph passes chosen by opt level
-    fused = partition(optimized, fuse=options.opt_level >= 3)  # one group per kernel
+    seen: list[Graph] = [graph]
+    fused, passes = run_passes(graph, options.opt_level, lambda _, g: seen.append(g))  # passes + partition
+    optimized = seen[-2]  # the graph before partitioning into kernels
     outputs = {id(o) for o in fused.outputs}
     groups: list[Call] = []
     workloads: dict[int, Workload] = {}
