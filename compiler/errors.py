@@ -45,9 +45,8 @@ class CodegenError(CompilerError):
     """LLVM code generation, optimisation or linking failed."""
 
 
-class ArtifactError(Exception):
-    """An artifact is corrupt, tampered with, or of an unknown format version."""
+# The runtime owns these (it must not import the compiler); re-exported for one class each.
+from compiler.runtime.errors import ArtifactError, InputError  # noqa: E402
 
-
-class InputError(ValueError):
-    """Inputs passed to a loaded artifact do not match its signature."""
+__all__ = ["ArtifactError", "CodegenError", "CompilerError", "InputError", "ModelError", "ScheduleError",
+           "ShapeError", "UnsupportedOpError"]

@@ -1,0 +1,234 @@
+"""A loaded artifact: its library opened with ctypes, its memory laid out once, run() over the plan.
+
+All memory (params, workspace, input and output buffers) and every kernel's argument array are
+built at load time, so run() only copies inputs in, calls the kernels in order and copies
+outputs out. A lock makes one Module safe to share between threads (calls are serialized).
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from compiler.runtime.archive import Contents, Source, read_contents
+from compiler.runtime.errors import ArtifactError, InputError, KernelError
+from compiler.runtime.plan import DTYPES, Buffer, BufferId, Plan, TensorSpec
+
+ALIGN = 64
+_KernelFn = Any  # a ctypes function pointer: int32_t (*)(void **)
+_ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    """A zeroed uint8 array of `nbytes` whose data pointer is ALIGN-byte aligned."""
+    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start : start + nbytes]
+
+
+def _check_arch(target: Mapping[str, Any]) -> None:
+    triple = str(target.get("triple") or "")
+    wanted = _ARCH_ALIASES.get(triple.split("-")[0].lower(), triple.split("-")[0].lower())
+    here = _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
+    if wanted and here and wanted != here:
+        raise ArtifactError(f"the artifact was compiled for {triple}; this machine is {here}")
+
+
+def _open_library(library: bytes) -> ctypes.CDLL:
+    """dlopen lib.so from a private temp dir, removed right away (the mapping outlives the file).
+
+    The kernels' parallel loops run on the OpenMP runtime. Its idle threads spin by default,
+    which on a busy machine (or next to another runtime's thread pool) can make a kernel wait
+    milliseconds for a descheduled spinner; unless the user chose otherwise, threads sleep.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    directory = tempfile.mkdtemp(prefix="temper-lib-")
+    try:
+        path = os.path.join(directory, "lib.so")
+        with open(path, "wb") as out:
+            out.write(library)
+        try:
+            return ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        except OSError as exc:
+            raise ArtifactError(f"cannot load the artifact's lib.so: {exc}") from exc
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _byte_views(plan: Plan, params: np.ndarray, workspace: np.ndarray) -> dict[BufferId, np.ndarray]:
+    """The uint8 memory of every buffer: own allocations, slices of params/workspace, alias slices."""
+    views: dict[BufferId, np.ndarray] = {}
+
+    def resolve(buf: Buffer) -> np.ndarray:
+        if buf.id in views:
+            return views[buf.id]
+        if buf.kind == "param":
+            view = params[buf.offset : buf.offset + buf.nbytes]
+        elif buf.kind == "workspace":
+            view = workspace[buf.offset : buf.offset + buf.nbytes]
+        elif buf.kind == "alias":
+            view = resolve(plan.buffers[buf.alias_of])[buf.offset : buf.offset + buf.nbytes]  # type: ignore[index]
+        else:  # input / output: memory of its own
+            view = _aligned_bytes(buf.nbytes)
+        views[buf.id] = view
+        return view
+
+    for buf in plan.buffers.values():
+        resolve(buf)
+    return views
+
+
+def _typed(plan: Plan, views: Mapping[BufferId, np.ndarray], buf_id: BufferId) -> np.ndarray:
+    buf = plan.buffers[buf_id]
+    return views[buf_id].view(DTYPES[buf.dtype]).reshape(buf.shape)
+
+
+class Module:
+    """A compiled model ready to run. Build it with `load()`."""
+
+    def __init__(self, contents: Contents) -> None:
+        plan = contents.plan
+        _check_arch(contents.manifest["target"])
+        self._manifest = contents.manifest
+        self._sha256 = contents.sha256
+        self._inputs = contents.inputs
+        self._outputs = contents.outputs
+        self._lock = threading.Lock()
+        self._library = _open_library(contents.members["lib.so"])
+
+        params = _aligned_bytes(len(contents.members["params.bin"]))
+        params[:] = np.frombuffer(contents.members["params.bin"], dtype=np.uint8)
+        workspace = _aligned_bytes(plan.workspace_bytes)
+        views = _byte_views(plan, params, workspace)
+        self._memory = (params, workspace, views)  # keeps every buffer alive as long as the module
+
+        functions: dict[str, _KernelFn] = {}
+        calls: list[tuple[_KernelFn, ctypes.Array[ctypes.c_void_p], str]] = []
+        for step in plan.steps:
+            if step.kernel not in functions:
+                try:
+                    fn = self._library[step.kernel]
+                except AttributeError as exc:
+                    raise ArtifactError(f"kernel symbol {step.kernel!r} is not exported by lib.so") from exc
+                fn.restype = ctypes.c_int32
+                fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+                functions[step.kernel] = fn
+            pointers = (ctypes.c_void_p * len(step.args))(*(views[a].ctypes.data for a in step.args))
+            calls.append((functions[step.kernel], pointers, step.kernel))
+        self._calls = tuple(calls)
+        self._feeds = {name: _typed(plan, views, buf_id) for name, buf_id in plan.inputs}
+        outputs = dict(plan.outputs)
+        self._results = {spec.name: _typed(plan, views, outputs[spec.name]) for spec in self._outputs}
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """The model's inputs (name, shape, dtype) in manifest order."""
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        """The model's outputs (name, shape, dtype) in manifest order."""
+        return self._outputs
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """A copy of the artifact's manifest (target, kernels and their schedule provenance, ...)."""
+        return copy.deepcopy(self._manifest)
+
+    @property
+    def sha256(self) -> str:
+        """The sha256 of the artifact file this module was loaded from."""
+        return self._sha256
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self._inputs)
+        return f"<temper Module ({sig}) -> {len(self._outputs)} output(s), {len(self._calls)} kernel call(s)>"
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, Mapping):
+            raise InputError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}")
+        expected = ", ".join(s.name for s in self._inputs) or "(none)"
+        for name in feeds:
+            if name not in self._feeds:
+                raise InputError(f"unknown input {name!r}; this model takes: {expected}")
+        arrays = {}
+        for spec in self._inputs:
+            if spec.name not in feeds:
+                raise InputError(f"missing input {spec.name!r} ({spec.dtype}{list(spec.shape)})")
+            array = np.asarray(feeds[spec.name])
+            if array.dtype != DTYPES[spec.dtype]:
+                raise InputError(f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype}")
+            if array.shape != spec.shape:
+                raise InputError(
+                    f"input {spec.name!r} has shape {list(array.shape)}, expected {list(spec.shape)}"
+                )
+            arrays[spec.name] = array
+        return arrays
+
+    def _execute(self) -> None:
+        for index, (fn, pointers, kernel) in enumerate(self._calls):
+            code = fn(pointers)
+            if code:
+                raise KernelError(kernel, index, code)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model on `feeds` (exact dtype and shape per input); return fresh output arrays,
+        in the order of `outputs`."""
+        arrays = self._check_feeds(feeds)
+        with self._lock:
+            for name, array in arrays.items():
+                np.copyto(self._feeds[name], array)
+            self._execute()
+            return {name: view.copy() for name, view in self._results.items()}
+
+    def benchmark(
+        self, feeds: Mapping[str, np.ndarray], *, repeat: int = 10, min_time: float = 0.02, warmup: int = 1
+    ) -> dict[str, float]:
+        """Time the kernels (inputs copied in once): `repeat` samples, each averaged over enough
+        back-to-back runs to last at least `min_time` seconds. Latencies are in seconds."""
+        if repeat < 1 or min_time < 0 or warmup < 0:
+            raise ValueError("benchmark needs repeat >= 1, min_time >= 0 and warmup >= 0")
+        arrays = self._check_feeds(feeds)
+        with self._lock:
+            for name, array in arrays.items():
+                np.copyto(self._feeds[name], array)
+            for _ in range(warmup):
+                self._execute()
+
+            def timed(number: int) -> float:
+                start = time.perf_counter()
+                for _ in range(number):
+                    self._execute()
+                return time.perf_counter() - start
+
+            number = 1
+            elapsed = timed(number)
+            while elapsed < min_time and number < 1 << 24:
+                number = min(1 << 24, max(number * 2, int(number * min_time / max(elapsed, 1e-9) * 1.1)))
+                elapsed = timed(number)
+            samples = [timed(number) / number for _ in range(repeat)]
+        return {
+            "median": statistics.median(samples),
+            "mean": statistics.fmean(samples),
+            "min": min(samples),
+            "max": max(samples),
+            "stdev": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+            "repeat": float(repeat),
+            "number": float(number),
+        }
+
+
+def load(source: Source) -> Module:
+    """Verify an artifact (path or bytes) and load it, ready to run. Raises ArtifactError."""
+    return Module(read_contents(source))

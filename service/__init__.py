@@ -1,0 +1,1 @@
+"""temper's service layer: HTTP API, jobs, workers, CLI and client; the only layer wiring the others."""

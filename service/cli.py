@@ -1,0 +1,254 @@
+"""temper's command line: compile, run and inspect models on this machine.
+
+User mistakes (bad model, bad artifact, bad inputs, bad flags) print one red `error:` line and
+exit with code 2, never a traceback. The compiler is imported inside the commands that need it,
+so `temper run` starts with numpy and the runtime alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from compiler import errors as compiler_errors
+from compiler.runtime import ArtifactError, InputError, KernelError, Module, TensorSpec, load
+from compiler.version import __version__
+
+app = typer.Typer(
+    name="temper",
+    help="temper: an auto-tuning compiler for deep-learning models (ONNX in, native code out).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+# Failures that are the user's to fix: reported as one line, exit code 2.
+USER_ERRORS: tuple[type[Exception], ...] = (
+    compiler_errors.CompilerError,
+    compiler_errors.ArtifactError,
+    compiler_errors.InputError,
+    ArtifactError,
+    InputError,
+    OSError,
+)
+STAGE_HELP = "graph|optimized|fused|tir|scheduled|llvm|asm"
+_DIMS = re.compile(r"[1-9][0-9]*(,[1-9][0-9]*)*")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print `error: message` in red on stderr; return the Exit to raise."""
+    err.print(f"error: {message}", style="red", markup=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn the typed errors of the compiler and runtime into one-line messages."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    except KernelError as exc:
+        raise fail(str(exc), code=1) from None
+
+
+def _cells(*values: str) -> list[Text]:
+    """Table cells as plain text: model and kernel names may contain [brackets] rich would eat."""
+    return [Text(value) for value in values]
+
+
+def parse_shapes(values: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """`NAME=D1,D2,...` flags -> {name: shape}; strict: positive integer dims, each name once."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for value in values or []:
+        name, sep, dims = value.partition("=")
+        if not sep or not name or not _DIMS.fullmatch(dims):
+            raise typer.BadParameter(
+                f"{value!r} is not NAME=D1,D2,... with positive integer dims (e.g. input=1,3,224,224)",
+                param_hint="'--shape'",
+            )
+        if name in shapes:
+            raise typer.BadParameter(f"input {name!r} is given twice", param_hint="'--shape'")
+        shapes[name] = tuple(int(d) for d in dims.split(","))
+    return shapes
+
+
+def _options(target: str, opt_level: int, shapes: dict[str, tuple[int, ...]], dump_ir: Path | None) -> Any:
+    from compiler.pipeline import CompileOptions
+
+    return CompileOptions(
+        target=target, opt_level=opt_level, shapes=shapes, dump_ir=str(dump_ir) if dump_ir else None
+    )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"temper {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """temper: an auto-tuning compiler for deep-learning models (ONNX in, native code out)."""
+
+
+ModelArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="The ONNX model file.")]
+TargetOpt = Annotated[str, typer.Option("--target", help="LLVM target: 'host' or an LLVM CPU name.")]
+OptLevelOpt = Annotated[int, typer.Option("--opt-level", min=0, help="Graph optimisation level.")]
+ShapeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--shape", metavar="NAME=D1,D2,...", help="Bind an input's shape (repeatable)."),
+]
+
+
+@app.command("compile")
+def compile_command(
+    model: ModelArg,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the artifact.")],
+    target: TargetOpt = "host",
+    opt_level: OptLevelOpt = 3,
+    shape: ShapeOpt = None,
+    dump_ir: Annotated[
+        Path | None, typer.Option("--dump-ir", file_okay=False, help="Write every stage's IR to DIR.")
+    ] = None,
+) -> None:
+    """Compile an ONNX model to a self-contained artifact."""
+    shapes = parse_shapes(shape)
+    with user_errors():
+        from compiler.pipeline import compile_model
+
+        compiled = compile_model(model, _options(target, opt_level, shapes, dump_ir))
+        digest = compiled.save(output)
+        manifest = compiled.manifest
+    out.print(f"wrote {output}  sha256 {digest}", markup=False, soft_wrap=True)
+    kernels = manifest.get("kernels") or []
+    table = Table("kernel", "schedule", "flops", title=f"{len(kernels)} kernel(s)", title_justify="left")
+    for kernel in kernels:
+        source = (kernel.get("schedule") or {}).get("source", "?")
+        table.add_row(*_cells(str(kernel.get("name")), str(source), f"{kernel.get('flops', 0):,}"))
+    out.print(table)
+
+
+def _random_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+    dtype = np.dtype(spec.dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, spec.shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, spec.shape).astype(dtype)
+    return rng.standard_normal(spec.shape).astype(dtype)
+
+
+def _feeds(module: Module, inputs: list[str] | None, seed: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Arrays from `NAME=FILE.npy` flags, random ones for the other inputs; also the random names."""
+    feeds: dict[str, np.ndarray] = {}
+    for value in inputs or []:
+        name, sep, file = value.partition("=")
+        if not sep or not name or not file:
+            raise typer.BadParameter(f"{value!r} is not NAME=FILE.npy", param_hint="'--input'")
+        if name in feeds:
+            raise typer.BadParameter(f"input {name!r} is given twice", param_hint="'--input'")
+        try:
+            feeds[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read input {name!r} from {file}: {exc}") from exc
+    rng = np.random.default_rng(seed)
+    generated = [spec.name for spec in module.inputs if spec.name not in feeds]
+    for spec in module.inputs:
+        if spec.name in generated:
+            feeds[spec.name] = _random_input(spec, rng)
+    return feeds, generated
+
+
+def _stats(array: np.ndarray) -> tuple[str, str, str]:
+    if array.size == 0:
+        return "-", "-", "-"
+    values = array.astype(np.float64)
+    return tuple(f"{v:.6g}" for v in (values.min(), values.max(), values.mean()))  # type: ignore[return-value]
+
+
+@app.command("run")
+def run_command(
+    artifact: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="The compiled artifact.")],
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input", metavar="NAME=FILE.npy", help="An input array (repeatable); others are random."
+        ),
+    ] = None,
+    benchmark: Annotated[bool, typer.Option("--benchmark", help="Also time the model.")] = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Timed repeats for --benchmark.")] = 10,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", file_okay=False, help="Save each output as DIR/NAME.npy.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for random inputs.")] = 0,
+) -> None:
+    """Run a compiled artifact on given (or random) inputs and summarise its outputs."""
+    with user_errors():
+        module = load(artifact)
+        feeds, generated = _feeds(module, inputs, seed)
+        results = module.run(feeds)
+        if output_dir is not None:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            for name, array in results.items():
+                np.save(output_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.npy", array)
+        timing = module.benchmark(feeds, repeat=repeat) if benchmark else None
+
+    if generated:
+        out.print(f"random inputs (seed {seed}): {', '.join(generated)}", style="dim", markup=False)
+    table = Table("output", "shape", "dtype", "min", "max", "mean")
+    for name, array in results.items():
+        table.add_row(*_cells(name, str(list(array.shape)), str(array.dtype), *_stats(array)))
+    out.print(table)
+    if output_dir is not None:
+        out.print(f"saved {len(results)} output(s) to {output_dir}", markup=False, soft_wrap=True)
+    if timing is not None:
+        out.print(
+            f"median latency: {timing['median'] * 1e3:.4f} ms "
+            f"(min {timing['min'] * 1e3:.4f} ms, mean {timing['mean'] * 1e3:.4f} ms, "
+            f"{int(timing['repeat'])} x {int(timing['number'])} runs)",
+            markup=False,
+        )
+
+
+@app.command("inspect")
+def inspect_command(
+    model: ModelArg,
+    stage: Annotated[str, typer.Option("--stage", metavar=STAGE_HELP, help="Which stage's IR to print.")],
+    kernel: Annotated[str | None, typer.Option("--kernel", help="Only this kernel (tir and later).")] = None,
+    shape: ShapeOpt = None,
+    target: TargetOpt = "host",
+    opt_level: OptLevelOpt = 3,
+) -> None:
+    """Print a model's IR at one stage of the pipeline."""
+    shapes = parse_shapes(shape)
+    with user_errors():
+        from compiler.pipeline import STAGES, inspect_model
+
+        if stage not in STAGES:
+            raise typer.BadParameter(f"{stage!r} is not one of {', '.join(STAGES)}", param_hint="'--stage'")
+        text = inspect_model(model, stage, _options(target, opt_level, shapes, None), kernel=kernel)
+    typer.echo(text.rstrip("\n"))
+
+
+def main() -> None:
+    """Console-script entry point (`temper`)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""temper's persistence: database tables, tuning records and the content-addressed blob store."""

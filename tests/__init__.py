@@ -1,0 +1,1 @@
+"""temper's test suite (a package so benchmarks can import `tests.models`)."""

@@ -1,0 +1,175 @@
+"""Loading and running an artifact with real compiled kernels, and every input/kernel error path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.runtime import ArtifactError, InputError, KernelError, TensorSpec, load, write_artifact
+from tests.compiler.runtime import tiny
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def parts() -> dict:
+    return tiny.parts(tiny.library())
+
+
+@pytest.fixture
+def artifact(tmp_path: Path, parts: dict) -> Path:
+    path = tmp_path / "tiny.temper"
+    write_artifact(path, **parts)
+    return path
+
+
+def test_run_matches_numpy(artifact: Path, rng: np.random.Generator) -> None:
+    module = load(artifact)
+    for _ in range(3):  # repeated runs: no state leaks from one run into the next
+        x = rng.standard_normal((2, 3), dtype=np.float32)
+        got = module.run({"x": x})
+        want = tiny.reference(x)
+        assert list(got) == ["y", "t", "w"]
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6)
+
+
+def test_signature_and_manifest(artifact: Path, parts: dict) -> None:
+    module = load(artifact)
+    assert module.inputs == (TensorSpec("x", (2, 3), "float32"),)
+    assert [o.name for o in module.outputs] == ["y", "t", "w"]
+    assert module.outputs[0] == TensorSpec("y", (3, 2), "float32")
+    assert module.manifest["kernels"] == parts["manifest"]["kernels"]
+    module.manifest["kernels"].clear()  # a copy: the module's own manifest is untouched
+    assert module.manifest["kernels"]
+    assert len(module.sha256) == 64
+
+
+def test_outputs_are_copies(artifact: Path) -> None:
+    module = load(artifact)
+    x = np.ones((2, 3), dtype=np.float32)
+    first = module.run({"x": x})
+    first["y"][:] = 1000.0
+    first["w"][:] = 1000.0
+    second = module.run({"x": x})
+    np.testing.assert_allclose(second["y"], tiny.reference(x)["y"])
+    np.testing.assert_allclose(second["w"], tiny.W)
+
+
+def test_accepts_non_contiguous_input(artifact: Path) -> None:
+    module = load(artifact)
+    x = np.arange(6, dtype=np.float32).reshape(3, 2).T  # a transposed (Fortran-ordered) view
+    assert not x.flags.c_contiguous
+    np.testing.assert_allclose(module.run({"x": x})["y"], tiny.reference(np.ascontiguousarray(x))["y"])
+
+
+def test_loads_from_bytes(artifact: Path) -> None:
+    x = np.ones((2, 3), dtype=np.float32)
+    np.testing.assert_allclose(load(artifact.read_bytes()).run({"x": x})["y"], tiny.reference(x)["y"])
+
+
+def test_concurrent_runs_are_serialized_and_correct(artifact: Path) -> None:
+    module = load(artifact)
+    failures: list[str] = []
+
+    def worker(seed: int) -> None:
+        gen = np.random.default_rng(seed)
+        for _ in range(50):
+            x = gen.standard_normal((2, 3), dtype=np.float32)
+            if not np.allclose(module.run({"x": x})["y"], tiny.reference(x)["y"], atol=1e-6):
+                failures.append(f"thread {seed}")
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
+def test_benchmark_reports_latencies(artifact: Path) -> None:
+    result = load(artifact).benchmark({"x": np.zeros((2, 3), np.float32)}, repeat=3, min_time=0.001)
+    assert result["repeat"] == 3
+    assert 0 < result["min"] <= result["median"] <= result["max"]
+    assert result["mean"] > 0
+    with pytest.raises(ValueError):
+        load(artifact).benchmark({"x": np.zeros((2, 3), np.float32)}, repeat=0)
+
+
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [
+        ({"x": np.zeros((2, 3), np.float32), "z": np.zeros(1)}, r"unknown input 'z'; this model takes: x"),
+        ({}, r"missing input 'x' \(float32\[2, 3\]\)"),
+        ({"x": np.zeros((3, 2), np.float32)}, r"input 'x' has shape \[3, 2\], expected \[2, 3\]"),
+        ({"x": np.zeros((2, 3), np.float64)}, r"input 'x' has dtype float64, expected float32"),
+        ({"x": [[0.0] * 3] * 2}, r"input 'x' has dtype float64, expected float32"),
+    ],
+)
+def test_bad_inputs_are_named(artifact: Path, feeds: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        load(artifact).run(feeds)
+
+
+def test_feeds_must_be_a_mapping(artifact: Path) -> None:
+    with pytest.raises(InputError, match="mapping"):
+        load(artifact).run([np.zeros((2, 3), np.float32)])  # type: ignore[arg-type]
+
+
+def test_failing_kernel_raises_naming_it(tmp_path: Path, parts: dict) -> None:
+    parts["plan"]["steps"].append({"kernel": "fail_k", "args": [5]})
+    path = tmp_path / "fail.temper"
+    write_artifact(path, **parts)
+    with pytest.raises(
+        RuntimeError, match=r"kernel 'fail_k' \(plan step 2\) failed with error code 7"
+    ) as err:
+        load(path).run({"x": np.zeros((2, 3), np.float32)})
+    assert isinstance(err.value, KernelError)
+    assert err.value.code == 7
+
+
+def test_missing_symbol_fails_at_load(tmp_path: Path, parts: dict) -> None:
+    parts["manifest"]["kernels"].append({"name": "nope", "symbol": "nope", "schedule": {"source": "default"}})
+    parts["plan"]["steps"].append({"kernel": "nope", "args": [5]})
+    path = tmp_path / "nope.temper"
+    write_artifact(path, **parts)
+    with pytest.raises(ArtifactError, match=r"kernel symbol 'nope' is not exported by lib\.so"):
+        load(path)
+
+
+def test_library_that_is_not_a_shared_object_fails_at_load(tmp_path: Path, parts: dict) -> None:
+    parts["library"] = b"definitely not ELF"
+    path = tmp_path / "junk.temper"
+    write_artifact(path, **parts)
+    with pytest.raises(ArtifactError, match=r"cannot load the artifact's lib\.so"):
+        load(path)
+
+
+def test_artifact_for_another_architecture_is_refused(tmp_path: Path, parts: dict) -> None:
+    parts["manifest"]["target"]["triple"] = "riscv64-unknown-linux-gnu"
+    path = tmp_path / "riscv.temper"
+    write_artifact(path, **parts)
+    with pytest.raises(ArtifactError, match="compiled for riscv64"):
+        load(path)
+
+
+def test_runtime_needs_no_compiler_packages(artifact: Path) -> None:
+    script = (
+        "import sys, numpy as np\n"
+        "from compiler.runtime import load\n"
+        f"out = load({str(artifact)!r}).run({{'x': np.ones((2, 3), np.float32)}})\n"
+        "heavy = ('llvmlite', 'onnx', 'compiler.pipeline', 'compiler.errors')\n"
+        "heavy = [m for m in heavy if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "print(out['y'].shape)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(3, 2)"

@@ -1,0 +1,1 @@
+"""temper's auto-tuner: tasks, schedule spaces, cost model, search and measurement."""
