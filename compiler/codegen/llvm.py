@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
+from compiler.codegen.mathfns import emit_erf, emit_exp, emit_tanh
 from compiler.errors import CodegenError
 from compiler.tir.flatten import free_vars
 from compiler.tir.ir import (
@@ -312,15 +313,18 @@ class KernelEmitter:
             return b.sdiv(x, y)
         raise CodegenError(f"integer op {e.op} unsupported")
 
-    _LLVM_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "fabs": "fabs", "floor": "floor",
+    _INLINE = {"exp": emit_exp, "tanh": emit_tanh, "erf": emit_erf}
+    _LLVM_MATH = {"log": "log", "sqrt": "sqrt", "fabs": "fabs", "floor": "floor",
                   "ceil": "ceil", "round": "roundeven", "pow": "pow"}
-    _LIBM = {"tanh": "tanhf", "erf": "erff"}
+    _LIBM = {"tanh": "tanhf", "erf": "erff", "exp": "expf"}
 
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
         b = ctx.builder
         args = [self._expr(ctx, a) for a in e.args]
         if len(args) == 2:
             args = list(self._match(ctx, args[0], args[1]))
+        if e.name in self._INLINE and e.dtype == "float32":
+            return self._INLINE[e.name](b, args[0])
         if e.name in self._LLVM_MATH:
             return b.call(self._intrinsic(self._LLVM_MATH[e.name], args[0].type), args)
         if e.name in self._LIBM:
