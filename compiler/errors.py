@@ -48,5 +48,13 @@ class CodegenError(CompilerError):
 # The runtime owns these (it must not import the compiler); re-exported for one class each.
 from compiler.runtime.errors import ArtifactError, InputError  # noqa: E402
 
-__all__ = ["ArtifactError", "CodegenError", "CompilerError", "InputError", "ModelError", "ScheduleError",
-           "ShapeError", "UnsupportedOpError"]
+__all__ = [
+    "ArtifactError",
+    "CodegenError",
+    "CompilerError",
+    "InputError",
+    "ModelError",
+    "ScheduleError",
+    "ShapeError",
+    "UnsupportedOpError",
+]

@@ -78,8 +78,15 @@ def workload_key(group: Any, const_params: frozenset[int]) -> str:
     ops = []
     for k, node in enumerate(body.calls()):
         index[id(node)] = len(group.params) + k
-        ops.append([node.op, [index[id(a)] for a in node.args], _canon(node.attrs), list(node.type.shape),
-                    node.type.dtype])
+        ops.append(
+            [
+                node.op,
+                [index[id(a)] for a in node.args],
+                _canon(node.attrs),
+                list(node.type.shape),
+                node.type.dtype,
+            ]
+        )
     payload = {
         "v": WORKLOAD_VERSION,
         "params": [[list(p.type.shape), p.type.dtype, k in const_params] for k, p in enumerate(group.params)],
@@ -165,8 +172,9 @@ def lower_group(group: Any, kernel_name: str, target: Target, const_params: froz
     info = KernelInfo(target=target, output_block=func.params[-1].name, anchor_block=anchor_name, tags=tags)
     cparams = frozenset(f"p{k}" for k in const_params)
     anchor_op = group.anchor.op if group.anchor is not None else None
-    return Workload(workload_key(group, const_params), func, info, cparams, anchor_op, _flops(stages),
-                    tuple(nodes))
+    return Workload(
+        workload_key(group, const_params), func, info, cparams, anchor_op, _flops(stages), tuple(nodes)
+    )
 
 
 def default_schedule(w: Workload) -> Schedule:

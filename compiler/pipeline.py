@@ -74,8 +74,9 @@ class CompiledModel:
     timings: dict[str, float]
 
     def save(self, path: str | os.PathLike[str]) -> str:
-        return write_artifact(path, manifest=self.manifest, library=self.library, plan=self.plan,
-                              params=self.params)
+        return write_artifact(
+            path, manifest=self.manifest, library=self.library, plan=self.plan, params=self.params
+        )
 
 
 def _is_alias(call: Call) -> bool:
@@ -111,8 +112,9 @@ def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
     return Frontier(target, graph, optimized, passes, fused, groups, workloads, aliases)
 
 
-def _choice_for(call: Call, w: Workload, options: CompileOptions, target: Target,
-                schedules: ScheduleSource | None) -> ScheduleChoice | None:
+def _choice_for(
+    call: Call, w: Workload, options: CompileOptions, target: Target, schedules: ScheduleSource | None
+) -> ScheduleChoice | None:
     for node_name in w.nodes:
         if node_name in options.overrides:
             return options.overrides[node_name]
@@ -121,15 +123,21 @@ def _choice_for(call: Call, w: Workload, options: CompileOptions, target: Target
     return None
 
 
-def compile_model(model: ModelInput, options: CompileOptions | None = None,
-                  schedules: ScheduleSource | None = None) -> CompiledModel:
+def compile_model(
+    model: ModelInput, options: CompileOptions | None = None, schedules: ScheduleSource | None = None
+) -> CompiledModel:
     options = options or CompileOptions()
     t0 = time.perf_counter()
     fr = build_frontier(model, options)
     t1 = time.perf_counter()
-    kernels = [build_kernel(fr.workloads[id(c)], fr.workloads[id(c)].func.name,
-                            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules))
-               for c in fr.groups]  # default / tuned / overridden schedule, then flatten
+    kernels = [
+        build_kernel(
+            fr.workloads[id(c)],
+            fr.workloads[id(c)].func.name,
+            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
+        )
+        for c in fr.groups
+    ]  # default / tuned / overridden schedule, then flatten
     t2 = time.perf_counter()
     lib = CodeLibrary(fr.target)
     for k in kernels:
@@ -140,8 +148,12 @@ def compile_model(model: ModelInput, options: CompileOptions | None = None,
     by_id.update({a: None for a in fr.aliases})
     plan, params = make_plan(fr.fused, by_id)  # buffers, workspace reuse, packed constants
     manifest = _manifest(fr, kernels, options)
-    timings = {"frontend_s": t1 - t0, "schedule_s": t2 - t1, "codegen_s": t3 - t2,
-               "total_s": time.perf_counter() - t0}
+    timings = {
+        "frontend_s": t1 - t0,
+        "schedule_s": t2 - t1,
+        "codegen_s": t3 - t2,
+        "total_s": time.perf_counter() - t0,
+    }
     manifest["compile_seconds"] = round(timings["total_s"], 3)
     if options.dump_ir:
         dump_ir(Path(options.dump_ir), fr, kernels, lib)
@@ -156,17 +168,27 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
         "target": fr.target.to_json(),
         "opt_level": options.opt_level,
         "passes": fr.passes,
-        "inputs": [{"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs],
-        "outputs": [{"name": n, "shape": list(o.type.shape), "dtype": o.type.dtype}
-                    for n, o in zip(fr.graph.output_names, fr.graph.outputs, strict=True)],
-        "kernels": [{
-            "name": k.name,
-            "symbol": k.symbol,
-            "workload_key": k.workload.key,
-            "flops": k.workload.flops,
-            "nodes": list(k.workload.nodes),
-            "schedule": {**k.provenance, "trace_sha256": hashlib.sha256(k.trace.dumps().encode()).hexdigest()},
-        } for k in kernels],
+        "inputs": [
+            {"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs
+        ],
+        "outputs": [
+            {"name": n, "shape": list(o.type.shape), "dtype": o.type.dtype}
+            for n, o in zip(fr.graph.output_names, fr.graph.outputs, strict=True)
+        ],
+        "kernels": [
+            {
+                "name": k.name,
+                "symbol": k.symbol,
+                "workload_key": k.workload.key,
+                "flops": k.workload.flops,
+                "nodes": list(k.workload.nodes),
+                "schedule": {
+                    **k.provenance,
+                    "trace_sha256": hashlib.sha256(k.trace.dumps().encode()).hexdigest(),
+                },
+            }
+            for k in kernels
+        ],
     }
 
 
@@ -185,8 +207,13 @@ def dump_ir(root: Path, fr: Frontier, kernels: list[Kernel], lib: CodeLibrary) -
     (root / "module.s").write_text(lib.assembly())
 
 
-def inspect_model(model: ModelInput, stage: str, options: CompileOptions | None = None,
-                  kernel: str | None = None, schedules: ScheduleSource | None = None) -> str:
+def inspect_model(
+    model: ModelInput,
+    stage: str,
+    options: CompileOptions | None = None,
+    kernel: str | None = None,
+    schedules: ScheduleSource | None = None,
+) -> str:
     """Text of one pipeline stage (optionally one kernel's part of it)."""
     options = options or CompileOptions()
     if stage not in STAGES:
@@ -200,15 +227,22 @@ def inspect_model(model: ModelInput, stage: str, options: CompileOptions | None 
         return print_fused(fr.fused)
     calls = fr.groups
     if kernel is not None:
-        calls = [c for c in calls if fr.workloads[id(c)].func.name == kernel
-                 or kernel in fr.workloads[id(c)].nodes]
+        calls = [
+            c for c in calls if fr.workloads[id(c)].func.name == kernel or kernel in fr.workloads[id(c)].nodes
+        ]
         if not calls:
             names = ", ".join(fr.workloads[id(c)].func.name for c in fr.groups)
             raise CompilerError(f"no kernel {kernel!r}; kernels: {names}")
     if stage == "tir":
         return "\n".join(func_str(fr.workloads[id(c)].func) for c in calls)
-    kernels = [build_kernel(fr.workloads[id(c)], fr.workloads[id(c)].func.name,
-                            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules)) for c in calls]
+    kernels = [
+        build_kernel(
+            fr.workloads[id(c)],
+            fr.workloads[id(c)].func.name,
+            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
+        )
+        for c in calls
+    ]
     if stage == "scheduled":
         return "\n".join(func_str(k.scheduled) for k in kernels)
     lib = CodeLibrary(fr.target)

@@ -179,4 +179,4 @@ def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str
     return plan, bytes(params)
 
 
-__all__ = ["make_plan", "pack_constant", "Var"]
+__all__ = ["Var", "make_plan", "pack_constant"]

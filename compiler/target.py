@@ -10,13 +10,34 @@ from compiler.errors import CompilerError
 
 # LLVM CPU names we accept by name, with their widest float vector (bits).
 _AVX512 = {
-    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
-    "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5",
+    "skylake-avx512",
+    "cascadelake",
+    "cooperlake",
+    "cannonlake",
+    "icelake-client",
+    "icelake-server",
+    "tigerlake",
+    "rocketlake",
+    "sapphirerapids",
+    "emeraldrapids",
+    "graniterapids",
+    "znver4",
+    "znver5",
     "x86-64-v4",
 }
 _AVX2 = {
-    "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "znver1",
-    "znver2", "znver3", "x86-64-v3", "bdver4",
+    "haswell",
+    "broadwell",
+    "skylake",
+    "alderlake",
+    "raptorlake",
+    "meteorlake",
+    "arrowlake",
+    "znver1",
+    "znver2",
+    "znver3",
+    "x86-64-v3",
+    "bdver4",
 }
 _SSE = {"x86-64", "x86-64-v2", "nehalem", "westmere", "sandybridge", "ivybridge", "core2"}
 KNOWN_CPUS = sorted(_AVX512 | _AVX2 | _SSE)
@@ -41,8 +62,14 @@ class Target:
         return max(1, self.vector_bits // width)
 
     def to_json(self) -> dict[str, object]:
-        return {"triple": self.triple, "cpu": self.cpu, "features": self.features,
-                "vector_width": self.vector_bits, "cores": self.cores, "key": self.key}
+        return {
+            "triple": self.triple,
+            "cpu": self.cpu,
+            "features": self.features,
+            "vector_width": self.vector_bits,
+            "cores": self.cores,
+            "key": self.key,
+        }
 
 
 def _init_llvm() -> None:

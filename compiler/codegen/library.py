@@ -43,8 +43,9 @@ class CodeLibrary:
     def target_machine(self) -> llvm.TargetMachine:
         if self._tm is None:
             t = llvm.Target.from_triple(self.target.triple)
-            self._tm = t.create_target_machine(cpu=self.target.cpu, features=self.target.features, opt=3,
-                                               reloc="pic", codemodel="default")
+            self._tm = t.create_target_machine(
+                cpu=self.target.cpu, features=self.target.features, opt=3, reloc="pic", codemodel="default"
+            )
         return self._tm
 
     def unoptimized_ir(self) -> str:
@@ -93,8 +94,12 @@ class CodeLibrary:
         with tempfile.TemporaryDirectory(prefix="temper-link-") as d:
             o, so = Path(d) / "kernels.o", Path(d) / "lib.so"
             o.write_bytes(obj)
-            proc = subprocess.run([cc, "-shared", "-o", str(so), str(o), "-lgomp", "-lm"],
-                                  capture_output=True, text=True, check=False)
+            proc = subprocess.run(
+                [cc, "-shared", "-o", str(so), str(o), "-lgomp", "-lm"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if proc.returncode != 0:
                 raise CodegenError(f"linking failed: {proc.stderr.strip()}")
             return so.read_bytes()

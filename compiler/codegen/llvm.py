@@ -55,7 +55,13 @@ VOID = ir.VoidType()
 MAX_UNROLL = 64
 
 _MEM_TYPES: dict[str, ir.Type] = {
-    "float32": F32, "float64": F64, "int64": I64, "int32": I32, "int8": I8, "uint8": I8, "bool": I8,
+    "float32": F32,
+    "float64": F64,
+    "int64": I64,
+    "int32": I32,
+    "int8": I8,
+    "uint8": I8,
+    "bool": I8,
 }
 
 
@@ -110,7 +116,7 @@ class KernelEmitter:
     # ------------------------------------------------------------------ helpers
     def _intrinsic(self, name: str, ty: ir.Type) -> ir.Function:
         suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
-        if isinstance(ty, ir.VectorType) and ty.element == F64 or ty == F64:
+        if (isinstance(ty, ir.VectorType) and ty.element == F64) or ty == F64:
             suffix = suffix.replace("f32", "f64")
         full = f"llvm.{name}.{suffix}"
         existing = self.module.globals.get(full)
@@ -178,8 +184,10 @@ class KernelEmitter:
             return b.trunc(v, I1) if e.buffer.dtype == "bool" else v
         var, lanes = ctx.vec  # type: ignore[misc]
         lin = affine_coeffs(off)
-        if lin is not None and lin[0].get(var) == 1 and not any(
-            var in (x for x in walk_expr(a)) for a in lin[0] if a is not var
+        if (
+            lin is not None
+            and lin[0].get(var) == 1
+            and not any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
         ):
             base = simplify(substitute(off, {var: IntImm(0)}))
             saved = ctx.vec
@@ -302,8 +310,11 @@ class KernelEmitter:
             if lo >= 0 and dlo > 0 and ctx.vec is None:
                 return b.sdiv(x, y) if e.op == "//" else b.srem(x, y)
             q, r = b.sdiv(x, y), b.srem(x, y)
-            zero = ir.Constant(r.type, 0) if not isinstance(r.type, ir.VectorType) else \
-                self._splat(b, ir.Constant(r.type.element, 0), r.type.count)
+            zero = (
+                ir.Constant(r.type, 0)
+                if not isinstance(r.type, ir.VectorType)
+                else self._splat(b, ir.Constant(r.type.element, 0), r.type.count)
+            )
             neg = b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero))
             fix = b.and_(b.icmp_signed("!=", r, zero), neg)
             if e.op == "//":
@@ -314,8 +325,15 @@ class KernelEmitter:
         raise CodegenError(f"integer op {e.op} unsupported")
 
     _INLINE = {"exp": emit_exp, "tanh": emit_tanh, "erf": emit_erf}
-    _LLVM_MATH = {"log": "log", "sqrt": "sqrt", "fabs": "fabs", "floor": "floor",
-                  "ceil": "ceil", "round": "roundeven", "pow": "pow"}
+    _LLVM_MATH = {
+        "log": "log",
+        "sqrt": "sqrt",
+        "fabs": "fabs",
+        "floor": "floor",
+        "ceil": "ceil",
+        "round": "roundeven",
+        "pow": "pow",
+    }
     _LIBM = {"tanh": "tanhf", "erf": "erff", "exp": "expf"}
 
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
@@ -357,11 +375,12 @@ class KernelEmitter:
 
     def _store(self, ctx: _Ctx, s: Store) -> None:
         b = ctx.builder
-        mem = _MEM_TYPES[s.buffer.dtype]
         val = self._expr(ctx, s.value)
         off = self._flat_offset(s.buffer, s.indices, ctx.ranges)
         if s.buffer.dtype == "bool":
-            val = b.zext(val, ir.VectorType(I8, val.type.count) if isinstance(val.type, ir.VectorType) else I8)
+            val = b.zext(
+                val, ir.VectorType(I8, val.type.count) if isinstance(val.type, ir.VectorType) else I8
+            )
         if ctx.vec is None:
             b.store(val, self._ptr(ctx, s.buffer, self._expr(ctx, off)))
             return
@@ -384,7 +403,10 @@ class KernelEmitter:
         else:
             for lane in range(lanes):
                 lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
-                b.store(b.extract_element(val, ir.Constant(I32, lane)), self._ptr(ctx, s.buffer, self._expr(ctx, lo)))
+                b.store(
+                    b.extract_element(val, ir.Constant(I32, lane)),
+                    self._ptr(ctx, s.buffer, self._expr(ctx, lo)),
+                )
         ctx.vec = saved
 
     def _if(self, ctx: _Ctx, s: IfThenElse) -> None:

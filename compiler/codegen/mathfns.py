@@ -57,8 +57,11 @@ def emit_exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     n = b.call(_intrinsic(m, "roundeven", ty, 1), [_fast(b.fmul(x, _const(ty, 1.0 / math.log(2.0))))])
     r = _fast(b.fsub(x, _fast(b.fmul(n, _const(ty, 0.693359375)))))
     r = _fast(b.fsub(r, _fast(b.fmul(n, _const(ty, -2.12194440e-4)))))
-    p = _poly(b, r, [1.0, 1.0, 0.5, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3, 1.3981999507e-3,
-                     1.9875691500e-4])
+    p = _poly(
+        b,
+        r,
+        [1.0, 1.0, 0.5, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3, 1.3981999507e-3, 1.9875691500e-4],
+    )
     it = _int_ty(ty)
     e = b.shl(b.add(b.fptosi(n, it), _const_int(it, 127)), _const_int(it, 23))
     return _fast(b.fmul(p, b.bitcast(e, ty)))

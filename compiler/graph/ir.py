@@ -70,7 +70,7 @@ class Const:
     type: TensorType = field(init=False)
 
     def __post_init__(self) -> None:
-        data = np.ascontiguousarray(self.data)
+        data = np.asarray(self.data, order="C")  # (ascontiguousarray would turn 0-d into 1-d)
         data.flags.writeable = False
         object.__setattr__(self, "data", data)
         object.__setattr__(self, "type", TensorType(data.shape, str(data.dtype)))

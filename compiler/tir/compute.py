@@ -126,7 +126,9 @@ def compute(
 
 # Buffer -> tensor for the compute graph being built, so a stage finds its producers from its
 # loads. Scoped to one lowering by `tensor_scope()`; outside a scope each call gets a fresh dict.
-_SCOPE: contextvars.ContextVar[dict[Buffer, Tensor] | None] = contextvars.ContextVar("tensor_scope", default=None)
+_SCOPE: contextvars.ContextVar[dict[Buffer, Tensor] | None] = contextvars.ContextVar(
+    "tensor_scope", default=None
+)
 
 
 def _scope() -> dict[Buffer, Tensor]:
@@ -200,6 +202,11 @@ def select(c: Expr, t: Expr, f: Expr) -> Expr:
 
 def cast(dtype: str, x: Expr) -> Expr:
     return x if x.dtype == dtype else Cast(dtype, x)
+
+
+def clamp(e: Expr, hi: int) -> Expr:
+    """Clamp an index into [0, hi]; keeps speculative loads (both arms of a select) in bounds."""
+    return minimum(maximum(e, IntImm(0)), IntImm(hi))
 
 
 def all_of(conds: Sequence[Expr]) -> Expr | None:

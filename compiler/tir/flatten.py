@@ -41,7 +41,9 @@ def _unblock(s: Stmt) -> Stmt | None:
     mapping = {iv.var: b for iv, b in zip(s.iter_vars, s.bindings, strict=True)}
     body = substitute_stmt(s.body, mapping)
     if s.init is not None:
-        conds = [BinOp("==", b, IntImm(0)) for iv, b in zip(s.iter_vars, s.bindings, strict=True) if iv.reduce]
+        conds = [
+            BinOp("==", b, IntImm(0)) for iv, b in zip(s.iter_vars, s.bindings, strict=True) if iv.reduce
+        ]
         init = substitute_stmt(s.init, mapping)
         if conds:
             c: Expr = conds[0]
@@ -55,7 +57,9 @@ def _unblock(s: Stmt) -> Stmt | None:
     return body
 
 
-def _accesses(s: Stmt, path: tuple[For, ...], out: dict[Buffer, list[tuple[tuple[For, ...], tuple[Expr, ...]]]]):  # type: ignore[no-untyped-def]
+def _accesses(
+    s: Stmt, path: tuple[For, ...], out: dict[Buffer, list[tuple[tuple[For, ...], tuple[Expr, ...]]]]
+):  # type: ignore[no-untyped-def]
     def exprs(e: Expr) -> None:
         for x in walk_expr(e):
             if isinstance(x, Load):
@@ -123,7 +127,7 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
         if buf.scope == "local":
             regions = []
             for p, ix in uses:
-                inner = {f.var: f.extent for f in p[len(lca):]}
+                inner = {f.var: f.extent for f in p[len(lca) :]}
                 regions.append(_access_region(ix, inner, f"allocation of {buf.name}"))
             dims = []
             for d in range(len(buf.shape)):
@@ -214,4 +218,4 @@ def free_vars(s: Stmt) -> set[Var]:
     return used - bound
 
 
-__all__ = ["flatten", "free_vars", "place_allocations", "map_expr", "substitute"]
+__all__ = ["flatten", "free_vars", "map_expr", "place_allocations", "substitute"]

@@ -102,4 +102,4 @@ def lower(name: str, params: Sequence[Tensor], output: Tensor) -> PrimFunc:
         b = renames.get(t.buffer, t.buffer)
         if b is not out_buf:
             body = Allocate(b, body)
-    return PrimFunc(name, tuple(p.buffer for p in params) + (out_buf,), body)
+    return PrimFunc(name, (*(p.buffer for p in params), out_buf), body)

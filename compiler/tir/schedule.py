@@ -82,11 +82,20 @@ def _replace(root: Stmt, target: Stmt, new: Stmt | None) -> Stmt:
     if isinstance(root, Allocate):
         return Allocate(root.buffer, _replace(root.body, target, new))
     if isinstance(root, Block):
-        return Block(root.name, root.iter_vars, root.bindings, _replace(root.body, target, new),
-                     root.init, root.predicate)
+        return Block(
+            root.name,
+            root.iter_vars,
+            root.bindings,
+            _replace(root.body, target, new),
+            root.init,
+            root.predicate,
+        )
     if isinstance(root, IfThenElse):
-        return IfThenElse(root.cond, _replace(root.then, target, new),
-                          None if root.orelse is None else _replace(root.orelse, target, new))
+        return IfThenElse(
+            root.cond,
+            _replace(root.then, target, new),
+            None if root.orelse is None else _replace(root.orelse, target, new),
+        )
     if isinstance(root, Seq):
         out: list[Stmt] = []
         for s in root.stmts:
@@ -308,8 +317,12 @@ def compute_inline(func: PrimFunc, block: str) -> PrimFunc:
 def set_scope(func: PrimFunc, buffer: str, scope: str) -> PrimFunc:
     for buf in _allocated(func):
         if buf.name == buffer:
-            return PrimFunc(func.name, func.params, replace_buffer(func.body, buf, buf.with_shape(buf.shape, scope)),
-                            func.layouts)
+            return PrimFunc(
+                func.name,
+                func.params,
+                replace_buffer(func.body, buf, buf.with_shape(buf.shape, scope)),
+                func.layouts,
+            )
     raise ScheduleError(f"set_scope: {buffer!r} is not a kernel-internal buffer of {func.name}")
 
 
@@ -320,13 +333,23 @@ def cache_write(func: PrimFunc, block: str, scope: str = "local") -> tuple[PrimF
     assert isinstance(b, Block)
     buf = _written_buffer(b)
     local = Buffer(f"{buf.name}_{scope}", buf.shape, buf.dtype, scope)
-    new_b = Block(b.name, b.iter_vars, b.bindings, replace_buffer(b.body, buf, local),
-                  None if b.init is None else replace_buffer(b.init, buf, local), b.predicate)
+    new_b = Block(
+        b.name,
+        b.iter_vars,
+        b.bindings,
+        replace_buffer(b.body, buf, local),
+        None if b.init is None else replace_buffer(b.init, buf, local),
+        b.predicate,
+    )
     wb_name = f"{buf.name}_wb"
     ivs = tuple(IterVar(Var(f"i{d}"), n) for d, n in enumerate(buf.shape))
     lvars = [Var(_unique(func, f"{wb_name}_i{d}")) for d in range(len(buf.shape))]
-    wb: Stmt = Block(wb_name, ivs, tuple(lvars), Store(buf, tuple(iv.var for iv in ivs),
-                                                        Load(local, tuple(iv.var for iv in ivs))))
+    wb: Stmt = Block(
+        wb_name,
+        ivs,
+        tuple(lvars),
+        Store(buf, tuple(iv.var for iv in ivs), Load(local, tuple(iv.var for iv in ivs))),
+    )
     for lv, n in zip(reversed(lvars), reversed(buf.shape), strict=True):
         wb = For(lv, n, ForKind.SERIAL, wb)
     nest = _root_nest(func, path)
@@ -335,9 +358,7 @@ def cache_write(func: PrimFunc, block: str, scope: str = "local") -> tuple[PrimF
     return PrimFunc(func.name, func.params, Allocate(local, body), func.layouts), wb_name
 
 
-def _access_region(
-    indices: Sequence[Expr], inner: dict[Var, int], where: str
-) -> list[tuple[Expr, int, int]]:
+def _access_region(indices: Sequence[Expr], inner: dict[Var, int], where: str) -> list[tuple[Expr, int, int]]:
     """Per dim: (base expr over outer vars, min offset, max offset) as inner vars range."""
     out = []
     for ix in indices:
@@ -405,8 +426,9 @@ def _inner_ranges(loop: For) -> dict[Var, int]:
     return {s.var: s.extent for s in walk_stmts(loop.body) if isinstance(s, For)}
 
 
-def _placed_nest(b: Block, region: list[tuple[Expr, int, int]], shape: Sequence[int],
-                 outer_ranges: dict[Var, int], name_of) -> Stmt:  # type: ignore[no-untyped-def]
+def _placed_nest(
+    b: Block, region: list[tuple[Expr, int, int]], shape: Sequence[int], outer_ranges: dict[Var, int], name_of
+) -> Stmt:  # type: ignore[no-untyped-def]
     """A new nest running block b (writing buf[spatial iterators]) over `region` of its output.
 
     Reduction iterators of b get full-extent loops inside the spatial ones.
@@ -469,8 +491,13 @@ def reverse_compute_at(func: PrimFunc, block: str, loop: str) -> PrimFunc:
         raise ScheduleError(f"{where}: block is already under the loop")
     # which buffer links them: one the consumer reads and a block under loop writes
     producers = _blocks_under(lp)
-    reads = {x.buffer for s in walk_stmts(b.body) if isinstance(s, Store) for x in walk_expr(s.value)
-             if isinstance(x, Load)}
+    reads = {
+        x.buffer
+        for s in walk_stmts(b.body)
+        if isinstance(s, Store)
+        for x in walk_expr(s.value)
+        if isinstance(x, Load)
+    }
     linked = [(p, _written_buffer(p)) for p in producers if _written_buffer(p) in reads]
     if not linked:
         raise ScheduleError(f"{where}: no producer of the block's inputs under the loop")
@@ -479,14 +506,19 @@ def reverse_compute_at(func: PrimFunc, block: str, loop: str) -> PrimFunc:
     for s in walk_stmts(b.body):
         if isinstance(s, Store):
             for x in walk_expr(s.value):
-                if isinstance(x, Load) and x.buffer is buf and list(x.indices) != [iv.var for iv in b.iter_vars]:
+                if (
+                    isinstance(x, Load)
+                    and x.buffer is buf
+                    and list(x.indices) != [iv.var for iv in b.iter_vars]
+                ):
                     raise ScheduleError(f"{where}: block reads {buf.name} other than elementwise")
     inner = _inner_ranges(lp)
     regions = [_access_region(ix, inner, where) for ix in _block_access_indices(prod, buf, loads=False)]
     region = _union(regions, where)
     out_shape = _written_buffer(b).shape
-    nest = _placed_nest(b, region, out_shape, {**_outer_ranges(lpath)},
-                        lambda d: f"{block}_{b.iter_vars[d].var.name}")
+    nest = _placed_nest(
+        b, region, out_shape, {**_outer_ranges(lpath)}, lambda d: f"{block}_{b.iter_vars[d].var.name}"
+    )
     old_nest = _root_nest(func, bpath)
     body = _replace(func.body, old_nest, None)
     lp2 = _find_loop_in(body, loop)
@@ -516,8 +548,9 @@ def compute_at(func: PrimFunc, block: str, loop: str) -> PrimFunc:
         raise ScheduleError(f"{where}: nothing under the loop reads {buf.name}")
     inner = _inner_ranges(lp)
     region = _union([_access_region(ix, inner, where) for ix in accesses], where)
-    nest = _placed_nest(b, region, buf.shape, _outer_ranges(lpath),
-                        lambda d: f"{block}_{b.iter_vars[d].var.name}")
+    nest = _placed_nest(
+        b, region, buf.shape, _outer_ranges(lpath), lambda d: f"{block}_{b.iter_vars[d].var.name}"
+    )
     old_nest = _root_nest(func, bpath)
     body = _replace(func.body, old_nest, None)
     lp2 = _find_loop_in(body, loop)
@@ -559,8 +592,14 @@ def decompose_reduction(func: PrimFunc, block: str, loop: str) -> PrimFunc:
         if f.var in reduce_vars:
             raise ScheduleError(f"{where}: reduction loop {f.var.name!r} is outside {loop!r}")
     spatial = [(iv, bnd) for iv, bnd in zip(b.iter_vars, b.bindings, strict=True) if not iv.reduce]
-    init_block = Block(f"{b.name}_init", tuple(IterVar(iv.var, iv.extent) for iv, _ in spatial),
-                       tuple(bnd for _, bnd in spatial), b.init, None, b.predicate)
+    init_block = Block(
+        f"{b.name}_init",
+        tuple(IterVar(iv.var, iv.extent) for iv, _ in spatial),
+        tuple(bnd for _, bnd in spatial),
+        b.init,
+        None,
+        b.predicate,
+    )
 
     def strip(s: Stmt) -> Stmt:
         if s is b:
@@ -602,7 +641,9 @@ def pack_layout(func: PrimFunc, param: str, layout: Layout) -> PrimFunc:
     if any(name == param for name, _ in func.layouts):
         raise ScheduleError(f"pack_layout: {param!r} is already packed")
     axes = sorted(a for a, _ in layout.splits)
-    if any(a >= len(buf.shape) for a in axes) or sorted(layout.perm) != list(range(len(buf.shape) + len(axes))):
+    if any(a >= len(buf.shape) for a in axes) or sorted(layout.perm) != list(
+        range(len(buf.shape) + len(axes))
+    ):
         raise ScheduleError(f"pack_layout: layout {layout.to_json()} does not fit {param} {list(buf.shape)}")
     packed = Buffer(buf.name, layout.packed_shape(buf.shape), buf.dtype, buf.scope)
     body = replace_buffer(func.body, buf, packed, layout.map_indices)
@@ -636,8 +677,9 @@ def simplify_func(func: PrimFunc) -> PrimFunc:
             pred = None if s.predicate is None else simplify(s.predicate, ranges)
             if isinstance(pred, IntImm) and pred.value:
                 pred = None
-            return Block(s.name, s.iter_vars, bnd, go(s.body, r), None if s.init is None else go(s.init, r), pred)
+            return Block(
+                s.name, s.iter_vars, bnd, go(s.body, r), None if s.init is None else go(s.init, r), pred
+            )
         return s
 
     return PrimFunc(func.name, func.params, go(func.body, {}), func.layouts)
-

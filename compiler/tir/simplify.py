@@ -92,8 +92,12 @@ def bounds(e: Expr, ranges: Ranges) -> tuple[float, float]:
         if e.op == "-":
             return a0 - b1, a1 - b0
         if e.op == "*":
-            cands = [x * y for x in (a0, a1) for y in (b0, b1) if not (math.isinf(x) and y == 0)
-                     and not (math.isinf(y) and x == 0)]
+            cands = [
+                x * y
+                for x in (a0, a1)
+                for y in (b0, b1)
+                if not (math.isinf(x) and y == 0) and not (math.isinf(y) and x == 0)
+            ]
             return (min(cands), max(cands)) if cands else (-INF, INF)
         if e.op == "//" and b0 == b1 and b0 > 0:
             return (a0 // b0 if not math.isinf(a0) else a0), (a1 // b0 if not math.isinf(a1) else a1)

@@ -21,10 +21,15 @@ def matmul_relu(m: int, n: int, k: int) -> PrimFunc:
         a = te.placeholder((m, k), "float32", "A")
         b = te.placeholder((k, n), "float32", "B")
         r = te.reduce_axis(k, "k")
-        c = te.compute((m, n), lambda i, j: te.reduce_sum(te.mul(a[i, r.var], b[r.var, j]), [r]), "C",
-                       axis_names=["i", "j"])
-        out = te.compute((m, n), lambda i, j: te.maximum(c[i, j], te.f32(0.0)), "R", axis_names=["i", "j"],
-                         tag="elemwise")
+        c = te.compute(
+            (m, n),
+            lambda i, j: te.reduce_sum(te.mul(a[i, r.var], b[r.var, j]), [r]),
+            "C",
+            axis_names=["i", "j"],
+        )
+        out = te.compute(
+            (m, n), lambda i, j: te.maximum(c[i, j], te.f32(0.0)), "R", axis_names=["i", "j"], tag="elemwise"
+        )
         return lower("mm", [a, b], out)
 
 

@@ -50,8 +50,13 @@ def test_naive_kernel_matches_numpy() -> None:
 
 @pytest.mark.parametrize(
     ("m", "n", "k", "mt", "nt", "pack"),
-    [(64, 48, 32, 4, 16, False), (64, 48, 32, 4, 16, True), (30, 40, 17, 4, 8, False), (30, 40, 17, 4, 8, True),
-     (5, 3, 9, 2, 2, False)],
+    [
+        (64, 48, 32, 4, 16, False),
+        (64, 48, 32, 4, 16, True),
+        (30, 40, 17, 4, 8, False),
+        (30, 40, 17, 4, 8, True),
+        (5, 3, 9, 2, 2, False),
+    ],
 )
 def test_tiled_schedule_matches_numpy(m: int, n: int, k: int, mt: int, nt: int, pack: bool) -> None:
     # non-dividing tiles (30 rows by 4, 3 columns by 2) exercise the predicates splits add

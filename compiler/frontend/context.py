@@ -1,0 +1,131 @@
+"""What one ONNX node's converter sees: its inputs as graph values, its attributes, and `emit`.
+
+`emit` infers the result type with the op's shape rule (errors name the ONNX node) and folds the
+call into a Const when every argument is constant, so shape subgraphs disappear as they are built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from compiler.errors import CompilerError, ShapeError
+from compiler.graph.interpret import fold
+from compiler.graph.ir import Call, Const, Expr, attrs_of
+from compiler.ops import registry
+
+
+def _shortest(value: float) -> float:
+    """A float32 attribute as the shortest decimal that rounds to it (1e-05, not 9.99999974e-06)."""
+    return float(str(np.float32(value)))
+
+
+def decode_attribute(attr: onnx.AttributeProto) -> Any:
+    """ONNX attribute -> plain Python / numpy value (strings decoded, tensors as arrays)."""
+    value = helper.get_attribute_value(attr)
+    if attr.type == onnx.AttributeProto.FLOAT:
+        return _shortest(value)
+    if attr.type == onnx.AttributeProto.FLOATS:
+        return [_shortest(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [v.decode() if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+@dataclass
+class NodeContext:
+    """One node being converted. `name` is the ONNX node name or f"{op_type}_{index}"."""
+
+    node: onnx.NodeProto
+    name: str
+    opset: int
+    inputs: list[Expr | None]  # None for an omitted optional input
+    attrs: dict[str, Any]
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    def error(self, message: str) -> ShapeError:
+        return ShapeError(message, node=self.name, op=self.op_type)
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+    def arg(self, i: int) -> Expr:
+        """A required input."""
+        v = self.inputs[i] if i < len(self.inputs) else None
+        if v is None:
+            raise self.error(f"input {i} is required")
+        return v
+
+    def optional(self, i: int) -> Expr | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def const(self, i: int, what: str) -> np.ndarray | None:
+        """The value of input i, which must be a compile-time constant (None if omitted)."""
+        v = self.optional(i)
+        if v is None:
+            return None
+        if not isinstance(v, Const):
+            raise self.error(f"{what} (input {i}) must be a constant known at compile time")
+        return v.data
+
+    def ints(self, i: int, what: str) -> list[int] | None:
+        data = self.const(i, what)
+        return None if data is None else [int(x) for x in data.reshape(-1)]
+
+    def new_const(self, data: np.ndarray | float | int, dtype: str | None = None, name: str = "") -> Const:
+        arr = np.asarray(data, dtype=dtype)
+        return Const(name or f"{self.name}.const", arr)
+
+    def emit(self, op: str, args: Sequence[Expr], **attrs: Any) -> Expr:
+        return emit(op, args, attrs, node=self.name, op_type=self.op_type)
+
+
+def emit(op: str, args: Sequence[Expr], attrs: dict[str, Any], *, node: str, op_type: str) -> Expr:
+    """Build (or fold, when every argument is constant) one graph op; errors name the ONNX node."""
+    frozen = attrs_of(attrs)
+    plain = dict(frozen)
+    try:
+        out_type = registry.get(op).infer([a.type for a in args], plain)
+        if args and all(isinstance(a, Const) for a in args):
+            return fold(op, args, plain, out_type, name=node)
+    except CompilerError as e:
+        raise type(e)(e.message, node=node, op=op_type) from None
+    return Call(op, tuple(args), frozen, out_type, node)
+
+
+@dataclass(frozen=True)
+class ScanInfo:
+    """What the up-front support check knows before any conversion: opset, which values are
+    compile-time constants, declared/inferred ranks, and which values something consumes."""
+
+    opset: int
+    consts: frozenset[str]
+    ranks: dict[str, int]
+    used: frozenset[str]
+
+    def rank(self, name: str) -> int | None:
+        return self.ranks.get(name)
+
+
+Converter = Callable[[NodeContext], Sequence[Expr | None]]
+Check = Callable[[onnx.NodeProto, dict[str, Any], ScanInfo], str | None]
+
+
+@dataclass(frozen=True)
+class OpConverter:
+    """How one ONNX op type becomes graph ops; `check` returns why a node is unsupported (or None)."""
+
+    convert: Converter
+    check: Check | None = None

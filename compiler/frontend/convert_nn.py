@@ -1,0 +1,367 @@
+"""ONNX neural-network ops -> graph ops: convolutions, pooling, dense layers, normalisations, reductions.
+
+1-D convolutions and pools become their 2-D forms on an [N, C, 1, L] view; biases become a separate
+`add` so that conv2d/matmul stay pure anchors; auto_pad becomes explicit pads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from compiler.errors import ShapeError
+from compiler.frontend.context import NodeContext, OpConverter, ScanInfo
+from compiler.graph.ir import Expr
+from compiler.ops.common import norm_axis, same_pads
+from compiler.ops.conv_transpose import conv_transpose_out_size
+
+# ---- shared window handling -------------------------------------------------------------------------
+
+
+def _spatial_rank(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> int | None:
+    if "kernel_shape" in attrs:
+        return len(attrs["kernel_shape"])
+    for name in node.input[1:2] or node.input[:1]:
+        rank = info.rank(name)
+        if rank is not None:
+            return rank - 2
+    return None
+
+
+def _check_window(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    sp = _spatial_rank(node, attrs, info)
+    if sp is not None and sp not in (1, 2):
+        return f"{sp}-D {node.op_type} (supported: 1-D and 2-D)"
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        return f"auto_pad {attrs['auto_pad']!r}"
+    return None
+
+
+def _window(ctx: NodeContext, x: Expr, kernel: Sequence[int]) -> dict[str, list[int]]:
+    """Per-spatial-axis strides, dilations and (begin, end) pads with auto_pad resolved."""
+    sp = len(kernel)
+    strides = list(ctx.attr("strides", [1] * sp))
+    dilations = list(ctx.attr("dilations", [1] * sp))
+    if len(strides) != sp or len(dilations) != sp:
+        raise ctx.error(f"strides {strides} / dilations {dilations} do not match a {sp}-D kernel")
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    sizes = x.type.shape[2:]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pairs = [
+            same_pads(sizes[i], kernel[i], strides[i], dilations[i], auto_pad == "SAME_UPPER")
+            for i in range(sp)
+        ]
+        pads = [p[0] for p in pairs] + [p[1] for p in pairs]
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * sp)
+    else:
+        pads = list(ctx.attr("pads", [0] * (2 * sp)))
+    if len(pads) != 2 * sp:
+        raise ctx.error(f"pads {pads} do not match a {sp}-D kernel")
+    return {"strides": strides, "dilations": dilations, "pads": pads}
+
+
+def _to_2d(ctx: NodeContext, x: Expr) -> Expr:
+    """[N, C, L] -> [N, C, 1, L]."""
+    n, c, length = x.type.shape
+    return ctx.emit("reshape", [x], shape=(n, c, 1, length))
+
+
+def _lift(geom: dict[str, list[int]], kernel: Sequence[int]) -> dict[str, Any]:
+    """2-D attributes of a window op: 1-D geometry gets a unit leading axis."""
+    s, d, p = geom["strides"], geom["dilations"], geom["pads"]
+    if len(kernel) == 1:
+        return {
+            "kernel": (1, kernel[0]),
+            "strides": (1, s[0]),
+            "dilations": (1, d[0]),
+            "pads": (0, p[0], 0, p[1]),
+        }
+    return {"kernel": tuple(kernel), "strides": tuple(s), "dilations": tuple(d), "pads": tuple(p)}
+
+
+def _from_2d(ctx: NodeContext, y: Expr, rank: int) -> Expr:
+    if rank == 3:
+        n, c, _, length = y.type.shape
+        return ctx.emit("reshape", [y], shape=(n, c, length))
+    return y
+
+
+def _spatial_input(ctx: NodeContext) -> Expr:
+    x = ctx.arg(0)
+    if x.type.ndim not in (3, 4):
+        raise ctx.error(
+            f"{ctx.op_type} input must be 3-D or 4-D (1-D or 2-D spatial), got {list(x.type.shape)}"
+        )
+    return x
+
+
+def _add_channel_bias(ctx: NodeContext, y: Expr, bias: Expr | None) -> Expr:
+    if bias is None:
+        return y
+    b = ctx.emit("reshape", [bias], shape=(1, bias.type.size, 1, 1))
+    return ctx.emit("add", [y, b])
+
+
+# ---- convolutions -----------------------------------------------------------------------------------
+
+
+def _conv(ctx: NodeContext) -> Sequence[Expr]:
+    x, w = _spatial_input(ctx), ctx.arg(1)
+    kernel = list(w.type.shape[2:])
+    if w.type.ndim != x.type.ndim or list(ctx.attr("kernel_shape", kernel)) != kernel:
+        raise ctx.error(
+            f"weight {list(w.type.shape)} does not match input {list(x.type.shape)} / kernel_shape"
+        )
+    g = _lift(_window(ctx, x, kernel), kernel)
+    if x.type.ndim == 3:
+        x, w = _to_2d(ctx, x), _to_2d(ctx, w)
+    y = ctx.emit(
+        "conv2d",
+        [x, w],
+        strides=g["strides"],
+        pads=g["pads"],
+        dilations=g["dilations"],
+        groups=ctx.attr("group", 1),
+    )
+    return [_from_2d(ctx, _add_channel_bias(ctx, y, ctx.optional(2)), ctx.arg(0).type.ndim)]
+
+
+def _conv_transpose_pads(
+    ctx: NodeContext, x: Expr, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> list[int]:
+    """Explicit pads of ConvTranspose. With output_shape (or SAME_*: output = input * stride) the total
+    padding goes mostly to the end for SAME_UPPER and mostly to the beginning otherwise (ONNX spec)."""
+    sp = len(kernel)
+    sizes = x.type.shape[2:]
+    out_pad = list(ctx.attr("output_padding", [0] * sp))
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    target = ctx.attr("output_shape")
+    if target is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = [sizes[i] * strides[i] for i in range(sp)]
+    if target is None:
+        pads = [0] * (2 * sp) if auto_pad == "VALID" else list(ctx.attr("pads", [0] * (2 * sp)))
+        if len(pads) != 2 * sp:
+            raise ctx.error(f"pads {pads} do not match a {sp}-D kernel")
+        return pads
+    target = list(target)[-sp:]
+    begins, ends = [], []
+    for i in range(sp):
+        natural = conv_transpose_out_size(sizes[i], kernel[i], strides[i], 0, 0, dilations[i], out_pad[i])
+        total = natural - target[i]
+        if total < 0:
+            raise ctx.error(f"output_shape {target} is larger than the natural output size")
+        small = total // 2
+        begin, end = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+        begins.append(begin)
+        ends.append(end)
+    return begins + ends
+
+
+def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
+    x, w = _spatial_input(ctx), ctx.arg(1)
+    kernel = list(w.type.shape[2:])
+    sp = len(kernel)
+    if w.type.ndim != x.type.ndim or list(ctx.attr("kernel_shape", kernel)) != kernel:
+        raise ctx.error(
+            f"weight {list(w.type.shape)} does not match input {list(x.type.shape)} / kernel_shape"
+        )
+    strides = list(ctx.attr("strides", [1] * sp))
+    dilations = list(ctx.attr("dilations", [1] * sp))
+    out_pad = list(ctx.attr("output_padding", [0] * sp))
+    if not len(strides) == len(dilations) == len(out_pad) == sp:
+        raise ctx.error(f"strides / dilations / output_padding do not match a {sp}-D kernel")
+    pads = _conv_transpose_pads(ctx, x, kernel, strides, dilations)
+    g = _lift({"strides": strides, "dilations": dilations, "pads": pads}, kernel)
+    if x.type.ndim == 3:
+        x, w = _to_2d(ctx, x), _to_2d(ctx, w)
+        out_pad = [0, *out_pad]
+    y = ctx.emit(
+        "conv_transpose2d",
+        [x, w],
+        strides=g["strides"],
+        pads=g["pads"],
+        dilations=g["dilations"],
+        groups=ctx.attr("group", 1),
+        output_padding=tuple(out_pad),
+    )
+    return [_from_2d(ctx, _add_channel_bias(ctx, y, ctx.optional(2)), ctx.arg(0).type.ndim)]
+
+
+# ---- pooling ----------------------------------------------------------------------------------------
+
+
+def _pool(ctx: NodeContext) -> Sequence[Expr]:
+    x = _spatial_input(ctx)
+    kernel = list(ctx.attr("kernel_shape", []))
+    if len(kernel) != x.type.ndim - 2:
+        raise ctx.error(f"kernel_shape {kernel} does not match input {list(x.type.shape)}")
+    g = _lift(_window(ctx, x, kernel), kernel)
+    ceil_mode = int(ctx.attr("ceil_mode", 0))
+    x2 = _to_2d(ctx, x) if x.type.ndim == 3 else x
+    common = {"kernel": g["kernel"], "strides": g["strides"], "pads": g["pads"], "ceil_mode": ceil_mode}
+    if ctx.op_type == "MaxPool":
+        y = ctx.emit("max_pool2d", [x2], dilations=g["dilations"], **common)
+    else:
+        y = ctx.emit("avg_pool2d", [x2], count_include_pad=int(ctx.attr("count_include_pad", 0)), **common)
+    return [_from_2d(ctx, y, x.type.ndim)]
+
+
+def _check_pool(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] in info.used:
+        return "MaxPool Indices output"
+    if node.op_type == "AveragePool" and any(d != 1 for d in attrs.get("dilations", [])):
+        return "dilated AveragePool"
+    return _check_window(node, attrs, info)
+
+
+def _global_pool(op: str) -> Any:
+    def convert(ctx: NodeContext) -> Sequence[Expr]:
+        x = ctx.arg(0)
+        return [ctx.emit(op, [x], axes=tuple(range(2, x.type.ndim)), keepdims=1)]
+
+    return convert
+
+
+# ---- dense ------------------------------------------------------------------------------------------
+
+
+def _matmul(ctx: NodeContext) -> Sequence[Expr]:
+    a, b = ctx.arg(0), ctx.arg(1)
+    squeeze_a, squeeze_b = a.type.ndim == 1, b.type.ndim == 1
+    if squeeze_a:
+        a = ctx.emit("reshape", [a], shape=(1, a.type.shape[0]))
+    if squeeze_b:
+        b = ctx.emit("reshape", [b], shape=(b.type.shape[0], 1))
+    y = ctx.emit("matmul", [a, b])
+    if squeeze_a or squeeze_b:
+        shape = list(y.type.shape)
+        if squeeze_b:
+            shape.pop(-1)
+        if squeeze_a:
+            shape.pop(-2 if not squeeze_b else -1)
+        y = ctx.emit("reshape", [y], shape=tuple(shape))
+    return [y]
+
+
+def _gemm(ctx: NodeContext) -> Sequence[Expr]:
+    a, b, c = ctx.arg(0), ctx.arg(1), ctx.optional(2)
+    if a.type.ndim != 2 or b.type.ndim != 2:
+        raise ctx.error(f"Gemm operands must be 2-D, got {list(a.type.shape)} and {list(b.type.shape)}")
+    if ctx.attr("transA", 0):
+        a = ctx.emit("transpose", [a], perm=(1, 0))
+    if ctx.attr("transB", 0):
+        b = ctx.emit("transpose", [b], perm=(1, 0))
+    y = ctx.emit("matmul", [a, b])
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = ctx.emit("mul", [y, ctx.new_const(alpha, y.type.dtype)])
+    if c is not None and beta != 0.0:
+        if beta != 1.0:
+            c = ctx.emit("mul", [c, ctx.new_const(beta, c.type.dtype)])
+        y = ctx.emit("add", [y, c])
+    if y.type.shape != (a.type.shape[0], b.type.shape[1]):
+        raise ctx.error(f"Gemm bias C {list(c.type.shape) if c else []} does not broadcast to the output")
+    return [y]
+
+
+# ---- normalisation, softmax -------------------------------------------------------------------------
+
+
+def _batch_norm(ctx: NodeContext) -> Sequence[Expr]:
+    args = [ctx.arg(i) for i in range(5)]
+    return [ctx.emit("batch_norm", args, epsilon=float(ctx.attr("epsilon", 1e-5)))]
+
+
+def _check_batch_norm(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    if attrs.get("training_mode", 0) or any(o in info.used for o in node.output[1:]):
+        return "BatchNormalization in training mode"
+    return None
+
+
+def _layer_norm(ctx: NodeContext) -> Sequence[Expr]:
+    x, scale, bias = ctx.arg(0), ctx.arg(1), ctx.optional(2)
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.type.ndim)
+    if bias is None:
+        bias = ctx.new_const(np.zeros(scale.type.shape, dtype=scale.type.dtype))
+    return [ctx.emit("layer_norm", [x, scale, bias], axis=axis, epsilon=float(ctx.attr("epsilon", 1e-5)))]
+
+
+def _check_layer_norm(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    if any(o in info.used for o in node.output[1:]):
+        return "LayerNormalization Mean / InvStdDev outputs"
+    return None
+
+
+def _softmax(op: str) -> Any:
+    def convert(ctx: NodeContext) -> Sequence[Expr]:
+        x = ctx.arg(0)
+        return [ctx.emit(op, [x], axis=norm_axis(int(ctx.attr("axis", -1)), x.type.ndim))]
+
+    return convert
+
+
+# ---- reductions -------------------------------------------------------------------------------------
+
+
+def _reduce_axes(ctx: NodeContext, x: Expr) -> tuple[int, ...] | None:
+    """Resolved axes, or None when the node is an identity (empty axes with noop_with_empty_axes)."""
+    axes_from_input = ctx.op_type == "ReduceSum" or ctx.opset >= 18
+    axes = ctx.ints(1, "axes") if axes_from_input else ctx.attr("axes")
+    if not axes:
+        if ctx.attr("noop_with_empty_axes", 0):
+            return None
+        return tuple(range(x.type.ndim))
+    try:
+        return tuple(sorted({norm_axis(int(a), x.type.ndim) for a in axes}))
+    except ShapeError as e:
+        raise ctx.error(e.message) from None
+
+
+def _reduce(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    axes = _reduce_axes(ctx, x)
+    if axes is None:
+        return [x]
+    kw = {"axes": axes, "keepdims": int(ctx.attr("keepdims", 1))}
+    op = ctx.op_type
+    if op == "ReduceMin":
+        return [ctx.emit("neg", [ctx.emit("reduce_max", [ctx.emit("neg", [x])], **kw)])]
+    if op in ("ReduceSumSquare", "ReduceL2"):
+        total = ctx.emit("reduce_sum", [ctx.emit("mul", [x, x])], **kw)
+        return [ctx.emit("sqrt", [total]) if op == "ReduceL2" else total]
+    if op == "ReduceL1":
+        return [ctx.emit("reduce_sum", [ctx.emit("abs", [x])], **kw)]
+    base = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max"}[op]
+    return [ctx.emit(base, [x], **kw)]
+
+
+CONVERTERS: dict[str, OpConverter] = {
+    "Conv": OpConverter(_conv, _check_window),
+    "ConvTranspose": OpConverter(_conv_transpose, _check_window),
+    "MaxPool": OpConverter(_pool, _check_pool),
+    "AveragePool": OpConverter(_pool, _check_pool),
+    "GlobalAveragePool": OpConverter(_global_pool("reduce_mean")),
+    "GlobalMaxPool": OpConverter(_global_pool("reduce_max")),
+    "MatMul": OpConverter(_matmul),
+    "Gemm": OpConverter(_gemm),
+    "BatchNormalization": OpConverter(_batch_norm, _check_batch_norm),
+    "LayerNormalization": OpConverter(_layer_norm, _check_layer_norm),
+    "Softmax": OpConverter(_softmax("softmax")),
+    "LogSoftmax": OpConverter(_softmax("log_softmax")),
+    **{
+        op: OpConverter(_reduce)
+        for op in (
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceSumSquare",
+            "ReduceL2",
+            "ReduceL1",
+        )
+    },
+}

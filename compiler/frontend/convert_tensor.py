@@ -1,0 +1,396 @@
+"""ONNX data-movement and shape ops -> injective graph ops with every attribute resolved statically.
+
+Shape-typed inputs (Reshape's shape, Slice's starts, Pad's pads, ...) must be compile-time constants;
+Shape / Size / Constant / ConstantOfShape become constants directly, so shape subgraphs fold away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from compiler.errors import ShapeError
+from compiler.frontend.context import NodeContext, OpConverter, ScanInfo
+from compiler.graph.ir import Const, Expr
+from compiler.ops.common import broadcast_shapes, norm_axis
+
+# ---- reshapes ---------------------------------------------------------------------------------------
+
+
+def _axis(ctx: NodeContext, axis: int, rank: int) -> int:
+    try:
+        return norm_axis(int(axis), rank)
+    except ShapeError as e:
+        raise ctx.error(e.message) from None
+
+
+def resolve_reshape(
+    ctx: NodeContext, in_shape: Sequence[int], target: Sequence[int], allowzero: bool
+) -> tuple[int, ...]:
+    """ONNX Reshape target (0 copies the input dim unless allowzero, -1 is inferred) -> static shape."""
+    out = [in_shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
+    if out.count(-1) > 1 or any(d < -1 for d in out):
+        raise ctx.error(f"invalid Reshape target {list(target)}")
+    total = int(np.prod(in_shape, dtype=np.int64))
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        if known == 0 or total % known:
+            raise ctx.error(f"cannot reshape {list(in_shape)} to {list(target)}")
+        out[out.index(-1)] = total // known
+    return tuple(out)
+
+
+def _reshape(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    target = ctx.ints(1, "Reshape shape")
+    assert target is not None
+    shape = resolve_reshape(ctx, x.type.shape, target, bool(ctx.attr("allowzero", 0)))
+    return [ctx.emit("reshape", [x], shape=shape)]
+
+
+def _flatten(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    axis = int(ctx.attr("axis", 1))
+    axis = axis + x.type.ndim if axis < 0 else axis
+    if not 0 <= axis <= x.type.ndim:
+        raise ctx.error(f"Flatten axis {ctx.attr('axis')} out of range for rank {x.type.ndim}")
+    outer = int(np.prod(x.type.shape[:axis], dtype=np.int64))
+    inner = int(np.prod(x.type.shape[axis:], dtype=np.int64))
+    return [ctx.emit("reshape", [x], shape=(outer, inner))]
+
+
+def _squeeze(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    axes = ctx.ints(1, "Squeeze axes")
+    shape = x.type.shape
+    if axes is None:
+        drop = {i for i, d in enumerate(shape) if d == 1}
+    else:
+        drop = {_axis(ctx, a, x.type.ndim) for a in axes}
+        if any(shape[a] != 1 for a in drop):
+            raise ctx.error(f"Squeeze axes {list(axes)} are not all of size 1 in {list(shape)}")
+    return [ctx.emit("reshape", [x], shape=tuple(d for i, d in enumerate(shape) if i not in drop))]
+
+
+def _unsqueeze(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    axes = ctx.ints(1, "Unsqueeze axes")
+    if not axes:
+        raise ctx.error("Unsqueeze needs axes")
+    rank = x.type.ndim + len(axes)
+    inserted = {_axis(ctx, a, rank) for a in axes}
+    if len(inserted) != len(axes):
+        raise ctx.error(f"Unsqueeze axes {list(axes)} repeat an axis")
+    dims = iter(x.type.shape)
+    return [ctx.emit("reshape", [x], shape=tuple(1 if i in inserted else next(dims) for i in range(rank)))]
+
+
+def _transpose(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    perm = tuple(ctx.attr("perm", range(x.type.ndim - 1, -1, -1)))
+    return [ctx.emit("transpose", [x], perm=perm)]
+
+
+def _depth_to_space(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    b = int(ctx.attr("blocksize"))
+    if x.type.ndim != 4 or x.type.shape[1] % (b * b):
+        raise ctx.error(f"DepthToSpace blocksize {b} does not divide the channels of {list(x.type.shape)}")
+    n, c, h, w = x.type.shape
+    if ctx.attr("mode", "DCR") == "DCR":
+        t = ctx.emit("reshape", [x], shape=(n, b, b, c // (b * b), h, w))
+        t = ctx.emit("transpose", [t], perm=(0, 3, 4, 1, 5, 2))
+    else:
+        t = ctx.emit("reshape", [x], shape=(n, c // (b * b), b, b, h, w))
+        t = ctx.emit("transpose", [t], perm=(0, 1, 4, 2, 5, 3))
+    return [ctx.emit("reshape", [t], shape=(n, c // (b * b), h * b, w * b))]
+
+
+def _space_to_depth(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    b = int(ctx.attr("blocksize"))
+    if x.type.ndim != 4 or x.type.shape[2] % b or x.type.shape[3] % b:
+        raise ctx.error(
+            f"SpaceToDepth blocksize {b} does not divide the spatial dims of {list(x.type.shape)}"
+        )
+    n, c, h, w = x.type.shape
+    t = ctx.emit("reshape", [x], shape=(n, c, h // b, b, w // b, b))
+    t = ctx.emit("transpose", [t], perm=(0, 3, 5, 1, 2, 4))
+    return [ctx.emit("reshape", [t], shape=(n, c * b * b, h // b, w // b))]
+
+
+# ---- combining and selecting ------------------------------------------------------------------------
+
+
+def _concat(ctx: NodeContext) -> Sequence[Expr]:
+    xs = [ctx.arg(i) for i in range(len(ctx.inputs))]
+    return [ctx.emit("concat", xs, axis=_axis(ctx, ctx.attr("axis"), xs[0].type.ndim))]
+
+
+def resolve_slice(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
+    """ONNX Slice clamping of one axis (negative indices count from the end)."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        return min(max(start, 0), dim), min(max(end, 0), dim)
+    return min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+
+
+def emit_slice(ctx: NodeContext, x: Expr, spec: dict[int, tuple[int, int, int]]) -> Expr:
+    """Slice with `spec` = {axis: (start, end, step)} already clamped; other axes are taken whole."""
+    shape = x.type.shape
+    starts = [spec.get(i, (0, d, 1))[0] for i, d in enumerate(shape)]
+    ends = [spec.get(i, (0, d, 1))[1] for i, d in enumerate(shape)]
+    steps = [spec.get(i, (0, d, 1))[2] for i, d in enumerate(shape)]
+    axes = tuple(range(len(shape)))
+    return ctx.emit("slice", [x], starts=tuple(starts), ends=tuple(ends), axes=axes, steps=tuple(steps))
+
+
+def _slice(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    starts, ends = ctx.ints(1, "Slice starts"), ctx.ints(2, "Slice ends")
+    assert starts is not None and ends is not None
+    axes = ctx.ints(3, "Slice axes") or list(range(len(starts)))
+    steps = ctx.ints(4, "Slice steps") or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.error("Slice starts, ends, axes and steps differ in length")
+    spec: dict[int, tuple[int, int, int]] = {}
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        a = _axis(ctx, axis, x.type.ndim)
+        if step == 0 or a in spec:
+            raise ctx.error("Slice step 0 or a repeated axis")
+        spec[a] = (*resolve_slice(x.type.shape[a], start, end, step), step)
+    return [emit_slice(ctx, x, spec)]
+
+
+def _split(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    axis = _axis(ctx, ctx.attr("axis", 0), x.type.ndim)
+    dim = x.type.shape[axis]
+    sizes = ctx.ints(1, "Split sizes")
+    count = len(ctx.node.output)
+    if sizes is None:
+        count = int(ctx.attr("num_outputs", count))
+        chunk = -(-dim // count)
+        sizes = [min(chunk, dim - i * chunk) for i in range(count)]
+    if len(sizes) != len(ctx.node.output) or sum(sizes) != dim or min(sizes) < 0:
+        raise ctx.error(f"Split sizes {sizes} do not cover dim {dim} with {len(ctx.node.output)} outputs")
+    outs, offset = [], 0
+    for size in sizes:
+        outs.append(emit_slice(ctx, x, {axis: (offset, offset + size, 1)}))
+        offset += size
+    return outs
+
+
+def _gather(ctx: NodeContext) -> Sequence[Expr]:
+    data, indices = ctx.arg(0), ctx.arg(1)
+    axis = _axis(ctx, ctx.attr("axis", 0), data.type.ndim)
+    if isinstance(indices, Const):
+        idx = indices.data
+        dim = data.type.shape[axis]
+        if idx.size and (idx.min() < -dim or idx.max() >= dim):
+            raise ctx.error(f"Gather indices out of range for a dim of {dim}")
+        indices = ctx.new_const(
+            np.where(idx < 0, idx + dim, idx).astype(idx.dtype), name=f"{ctx.name}.indices"
+        )
+    return [ctx.emit("gather", [data, indices], axis=axis)]
+
+
+def _expand(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    shape = ctx.ints(1, "Expand shape")
+    assert shape is not None
+    try:
+        out = broadcast_shapes(x.type.shape, shape)
+    except ShapeError as e:
+        raise ctx.error(e.message) from None
+    return [ctx.emit("expand", [x], shape=out)]
+
+
+def _tile(ctx: NodeContext) -> Sequence[Expr]:
+    """Tile as expand of an interleaved [1, d0, 1, d1, ...] view, then merge each (repeat, dim) pair."""
+    x = ctx.arg(0)
+    repeats = ctx.ints(1, "Tile repeats")
+    assert repeats is not None
+    shape = x.type.shape
+    if len(repeats) != len(shape) or min(repeats, default=1) < 0:
+        raise ctx.error(f"Tile repeats {repeats} do not match rank {len(shape)}")
+    if all(r == 1 for r in repeats):
+        return [x]
+    view = ctx.emit("reshape", [x], shape=tuple(v for d in shape for v in (1, d)))
+    wide = ctx.emit(
+        "expand", [view], shape=tuple(v for r, d in zip(repeats, shape, strict=True) for v in (r, d))
+    )
+    return [ctx.emit("reshape", [wide], shape=tuple(r * d for r, d in zip(repeats, shape, strict=True)))]
+
+
+# ---- padding and resampling -------------------------------------------------------------------------
+
+
+def _pad(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    rank = x.type.ndim
+    pads = ctx.ints(1, "Pad pads")
+    assert pads is not None
+    value = ctx.const(2, "Pad constant_value")
+    axes = ctx.ints(3, "Pad axes")
+    if axes is not None:
+        full = [0] * (2 * rank)
+        for i, a in enumerate(axes):
+            a = _axis(ctx, a, rank)
+            full[a], full[a + rank] = pads[i], pads[i + len(axes)]
+        pads = full
+    if len(pads) != 2 * rank:
+        raise ctx.error(f"Pad pads {pads} do not match rank {rank}")
+    fill = float(value.reshape(-1)[0]) if value is not None and value.size else 0.0
+    y = x
+    if any(p > 0 for p in pads):
+        y = ctx.emit(
+            "pad", [x], pads=tuple(max(p, 0) for p in pads), mode=ctx.attr("mode", "constant"), value=fill
+        )
+    if any(p < 0 for p in pads):  # negative pads crop
+        spec = {
+            i: (-min(pads[i], 0), y.type.shape[i] + min(pads[i + rank], 0), 1)
+            for i in range(rank)
+            if pads[i] < 0 or pads[i + rank] < 0
+        }
+        y = emit_slice(ctx, y, spec)
+    return [y]
+
+
+def _check_pad(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    mode = attrs.get("mode", "constant")
+    return None if mode in ("constant", "reflect", "edge") else f"Pad mode {mode!r}"
+
+
+def _resize(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    rank = x.type.ndim
+    scales = ctx.const(2, "Resize scales")
+    sizes = ctx.const(3, "Resize sizes")
+    axes = [_axis(ctx, a, rank) for a in ctx.attr("axes", range(rank))]
+    out = list(x.type.shape)
+    full_scales = [1.0] * rank
+    if sizes is not None and sizes.size:
+        if len(sizes) != len(axes):
+            raise ctx.error(f"Resize sizes {sizes.tolist()} do not match axes {axes}")
+        for a, s in zip(axes, sizes.tolist(), strict=True):
+            out[a] = int(s)
+            full_scales[a] = float(np.float32(s) / np.float32(x.type.shape[a]))
+    elif scales is not None and scales.size:
+        if len(scales) != len(axes):
+            raise ctx.error(f"Resize scales {scales.tolist()} do not match axes {axes}")
+        for a, s in zip(axes, scales.astype(np.float32).tolist(), strict=True):
+            out[a] = int(np.float32(s) * np.float32(x.type.shape[a]))
+            full_scales[a] = float(np.float32(s))
+    else:
+        raise ctx.error("Resize needs constant scales or sizes")
+    return [
+        ctx.emit(
+            "resize",
+            [x],
+            mode=ctx.attr("mode", "nearest"),
+            coordinate_transformation_mode=ctx.attr("coordinate_transformation_mode", "half_pixel"),
+            nearest_mode=ctx.attr("nearest_mode", "round_prefer_floor"),
+            sizes=tuple(out),
+            scales=tuple(full_scales),
+        )
+    ]
+
+
+def _check_resize(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    if attrs.get("mode", "nearest") not in ("nearest", "linear"):
+        return f"Resize mode {attrs['mode']!r} (supported: nearest, linear)"
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return "Resize coordinate_transformation_mode 'tf_crop_and_resize'"
+    if attrs.get("antialias", 0):
+        return "Resize antialias"
+    if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        return f"Resize keep_aspect_ratio_policy {attrs['keep_aspect_ratio_policy']!r}"
+    return None
+
+
+# ---- values known at compile time -------------------------------------------------------------------
+
+
+def _shape(ctx: NodeContext) -> Sequence[Expr]:
+    shape = ctx.arg(0).type.shape
+    start, end = ctx.attr("start", 0), ctx.attr("end")
+    return [ctx.new_const(np.array(shape[start:end], dtype=np.int64), name=ctx.node.output[0])]
+
+
+def _size(ctx: NodeContext) -> Sequence[Expr]:
+    return [ctx.new_const(np.array(ctx.arg(0).type.size, dtype=np.int64), name=ctx.node.output[0])]
+
+
+def _constant_of_shape(ctx: NodeContext) -> Sequence[Expr]:
+    shape = ctx.ints(0, "ConstantOfShape shape")
+    assert shape is not None
+    value = ctx.attr("value")
+    fill = value.reshape(-1)[0] if value is not None else np.float32(0.0)
+    return [ctx.new_const(np.full(shape, fill, dtype=np.asarray(fill).dtype), name=ctx.node.output[0])]
+
+
+def _constant(ctx: NodeContext) -> Sequence[Expr]:
+    attrs = ctx.attrs
+    if "value" in attrs:
+        data = np.asarray(attrs["value"])
+    elif "value_float" in attrs:
+        data = np.array(attrs["value_float"], dtype=np.float32)
+    elif "value_floats" in attrs:
+        data = np.array(attrs["value_floats"], dtype=np.float32)
+    elif "value_int" in attrs:
+        data = np.array(attrs["value_int"], dtype=np.int64)
+    elif "value_ints" in attrs:
+        data = np.array(attrs["value_ints"], dtype=np.int64)
+    else:
+        raise ctx.error(f"Constant with {', '.join(attrs)} is not supported")
+    return [ctx.new_const(data, name=ctx.node.output[0])]
+
+
+def _check_constant(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    supported = ("value", "value_float", "value_floats", "value_int", "value_ints")
+    return None if any(k in attrs for k in supported) else f"Constant with {', '.join(attrs) or 'no value'}"
+
+
+def _identity(ctx: NodeContext) -> Sequence[Expr | None]:
+    return [ctx.arg(0)]
+
+
+def _dropout(ctx: NodeContext) -> Sequence[Expr | None]:
+    training = ctx.const(2, "Dropout training_mode")
+    if training is not None and bool(training.reshape(-1)[0]):
+        raise ctx.error("Dropout in training mode is not supported")
+    return [ctx.arg(0), None]
+
+
+def _check_dropout(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    return "Dropout mask output" if len(node.output) > 1 and node.output[1] in info.used else None
+
+
+CONVERTERS: dict[str, OpConverter] = {
+    "Reshape": OpConverter(_reshape),
+    "Flatten": OpConverter(_flatten),
+    "Squeeze": OpConverter(_squeeze),
+    "Unsqueeze": OpConverter(_unsqueeze),
+    "Transpose": OpConverter(_transpose),
+    "DepthToSpace": OpConverter(_depth_to_space),
+    "SpaceToDepth": OpConverter(_space_to_depth),
+    "Concat": OpConverter(_concat),
+    "Slice": OpConverter(_slice),
+    "Split": OpConverter(_split),
+    "Gather": OpConverter(_gather),
+    "Expand": OpConverter(_expand),
+    "Tile": OpConverter(_tile),
+    "Pad": OpConverter(_pad, _check_pad),
+    "Resize": OpConverter(_resize, _check_resize),
+    "Shape": OpConverter(_shape),
+    "Size": OpConverter(_size),
+    "ConstantOfShape": OpConverter(_constant_of_shape),
+    "Constant": OpConverter(_constant, _check_constant),
+    "Identity": OpConverter(_identity),
+    "Dropout": OpConverter(_dropout, _check_dropout),
+}

@@ -1,0 +1,323 @@
+"""ONNX -> graph IR.
+
+Order of work (each step fails with one typed error that says everything it knows):
+parse -> opset -> onnx.checker -> strict ONNX shape inference (its verdict waits for the next step)
+-> support scan (EVERY unsupported node in one UnsupportedOpError) -> bind dynamic input dims (EVERY
+unbound dim in one ShapeError) -> convert node by node, folding whatever is constant.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+
+from compiler.errors import CompilerError, ModelError, ShapeError, UnsupportedOpError
+from compiler.frontend import convert_math, convert_nn, convert_tensor
+from compiler.frontend.context import NodeContext, OpConverter, ScanInfo, decode_attribute
+from compiler.frontend.convert_math import RUNTIME_DTYPES, onnx_dtype_name
+from compiler.graph.ir import DTYPES, Const, Expr, Graph, TensorType, Var
+
+SUPPORTED_OPSETS = range(13, 22)
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# The whole mapping ONNX op type -> converter, one table per family.
+CONVERTERS: dict[str, OpConverter] = {
+    **convert_math.CONVERTERS,
+    **convert_nn.CONVERTERS,
+    **convert_tensor.CONVERTERS,
+}
+# Ops never folded even when their inputs are constant.
+_NEVER_FOLD = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
+# Ops whose outputs are compile-time constants whatever their inputs (shapes are static).
+_ALWAYS_CONST = {"Constant", "Shape", "Size"}
+
+
+def load_onnx(
+    model: bytes | str | os.PathLike[str] | onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None
+) -> Graph:
+    """Convert an ONNX model to a graph with static shapes; `shapes` binds dynamic input dims
+    (input name -> full dims)."""
+    proto = _parse(model)
+    opset = _default_opset(proto)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"model fails the ONNX checker: {_first_line(e)}") from None
+    try:
+        inferred: onnx.GraphProto | None = onnx.shape_inference.infer_shapes(
+            proto, check_type=True, strict_mode=True
+        ).graph
+        inference_error = ""
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
+        inferred, inference_error = None, _first_line(e)
+    _check_supported(proto, _scan(proto, opset, inferred))  # unsupported nodes are the more useful error
+    if inference_error:
+        raise ModelError(f"model fails ONNX shape inference: {inference_error}")
+    inputs = bind_inputs(proto.graph, shapes or {})
+    return _convert(proto.graph, inputs, opset)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+# ---- parsing ----------------------------------------------------------------------------------------
+
+
+def _parse(model: bytes | str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto = onnx.ModelProto()
+        try:
+            proto.ParseFromString(bytes(model))
+        except DecodeError as e:
+            raise ModelError(f"not a valid ONNX protobuf (corrupt or truncated): {e}") from None
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+            raise ModelError("model keeps its weights in external data files; load it from a path instead")
+    else:
+        try:
+            proto = onnx.load(os.fspath(model))
+        except OSError as e:
+            raise ModelError(f"cannot read model file: {e}") from None
+        except DecodeError as e:
+            raise ModelError(f"not a valid ONNX protobuf (corrupt or truncated): {e}") from None
+    if not proto.HasField("graph") or not proto.graph.output:
+        raise ModelError("model has no graph or no outputs (empty or truncated file?)")
+    return proto
+
+
+def _default_opset(proto: onnx.ModelProto) -> int:
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise ModelError("model imports no opset of the default ONNX domain")
+    version = max(versions)
+    if version not in SUPPORTED_OPSETS:
+        raise ModelError(
+            f"model uses opset {version} of the default ONNX domain; temper supports opsets "
+            f"{SUPPORTED_OPSETS.start} to {SUPPORTED_OPSETS.stop - 1} (onnx.version_converter can convert it)"
+        )
+    return version
+
+
+# ---- the support scan -------------------------------------------------------------------------------
+
+
+def node_name(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"{node.op_type}_{index}"
+
+
+def _input_names(graph: onnx.GraphProto) -> list[str]:
+    inits = {t.name for t in graph.initializer}
+    return [i.name for i in graph.input if i.name not in inits]
+
+
+def _scan(proto: onnx.ModelProto, opset: int, inferred: onnx.GraphProto | None) -> ScanInfo:
+    graph = proto.graph
+    consts = {t.name for t in graph.initializer}
+    for node in graph.node:
+        inputs = [n for n in node.input if n]
+        if node.op_type in _ALWAYS_CONST or (
+            inputs and node.op_type not in _NEVER_FOLD and all(n in consts for n in inputs)
+        ):
+            consts.update(o for o in node.output if o)
+    ranks: dict[str, int] = {t.name: len(t.dims) for t in graph.initializer}
+    typed = inferred if inferred is not None else graph
+    for vi in (*typed.input, *typed.value_info, *typed.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            ranks.setdefault(vi.name, len(vi.type.tensor_type.shape.dim))
+    used = {n for node in graph.node for n in node.input if n} | {o.name for o in graph.output}
+    return ScanInfo(opset, frozenset(consts), ranks, frozenset(used))
+
+
+def _unsupported_reason(node: onnx.NodeProto, info: ScanInfo) -> str | None:
+    if node.domain not in DEFAULT_DOMAINS:
+        return f"domain {node.domain!r} is not supported"
+    attrs = {a.name: decode_attribute(a) for a in node.attribute}
+    conv = CONVERTERS.get(node.op_type)
+    if conv is not None:
+        return conv.check(node, attrs, info) if conv.check else None
+    has_graph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+    foldable = (
+        node.op_type not in _NEVER_FOLD and not has_graph and all(o in info.consts for o in node.output if o)
+    )
+    return None if foldable else f"op {node.op_type} is not supported (except on constant inputs)"
+
+
+def _check_supported(proto: onnx.ModelProto, info: ScanInfo) -> None:
+    graph = proto.graph
+    domain_versions = {o.domain: o.version for o in proto.opset_import}
+    bad: list[tuple[str, str, int]] = []
+    reasons: list[str] = []
+    inits = {t.name for t in graph.initializer}
+    for vi in graph.input:
+        if vi.name in inits:
+            continue
+        if not vi.type.HasField("tensor_type"):
+            bad.append((vi.name, "graph input", info.opset))
+            reasons.append(f"input {vi.name!r} is not a tensor")
+        elif onnx_dtype_name(vi.type.tensor_type.elem_type) not in RUNTIME_DTYPES:
+            dtype = helper.tensor_dtype_to_string(vi.type.tensor_type.elem_type)
+            bad.append((vi.name, "graph input", info.opset))
+            reasons.append(f"input {vi.name!r} has dtype {dtype} (supported: {', '.join(RUNTIME_DTYPES)})")
+    for t in graph.initializer:
+        if onnx_dtype_name(t.data_type) is None:
+            bad.append((t.name, "initializer", info.opset))
+            reasons.append(f"initializer {t.name!r} has dtype {helper.tensor_dtype_to_string(t.data_type)}")
+    for i, node in enumerate(graph.node):
+        reason = _unsupported_reason(node, info)
+        if reason:
+            name = node_name(node, i)
+            bad.append((name, node.op_type, domain_versions.get(node.domain, info.opset)))
+            reasons.append(f"{name}: {reason}")
+    if bad:
+        raise UnsupportedOpError(
+            bad, f"{'; '.join(reasons)}. Supported ONNX ops: {', '.join(sorted(CONVERTERS))}"
+        )
+
+
+# ---- dynamic dims -----------------------------------------------------------------------------------
+
+
+def _declared_dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
+    """Declared dims: int when static, the dim_param name (or '?') when dynamic; None if rank unknown."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+
+
+def _check_binding(
+    name: str, declared: list[int | str] | None, dims: list[int], symbols: dict[str, tuple[int, str]]
+) -> None:
+    """A user binding must be positive, of the declared rank, agree with static dims, and give one
+    value to each named dim across inputs."""
+    if any(d < 1 for d in dims):
+        raise ShapeError(f"input {name!r}: bound shape {dims} must be positive")
+    if declared is None:
+        return
+    if len(declared) != len(dims):
+        raise ShapeError(f"input {name!r} has rank {len(declared)}, bound shape {dims} has rank {len(dims)}")
+    for i, (d, b) in enumerate(zip(declared, dims, strict=True)):
+        if isinstance(d, int) and d != b:
+            raise ShapeError(f"input {name!r} dim {i} is {d} in the model, bound to {b}")
+        if isinstance(d, str) and d != "?":
+            first = symbols.setdefault(d, (b, name))
+            if first[0] != b:
+                raise ShapeError(
+                    f"dim {d!r} is bound to {first[0]} by input {first[1]!r} and to {b} by {name!r}"
+                )
+
+
+def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> list[Var]:
+    """Graph inputs (not initializers) as Vars with static shapes; all unbound dims in one ShapeError."""
+    names = _input_names(graph)
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise ShapeError(f"shapes given for unknown input(s) {unknown}; the model's inputs are {names}")
+    by_name = {vi.name: vi for vi in graph.input}
+    problems: list[str] = []
+    hints: list[str] = []
+    symbols: dict[str, tuple[int, str]] = {}
+    out: list[Var] = []
+    for name in names:
+        declared = _declared_dims(by_name[name])
+        if name in shapes:
+            dims = [int(d) for d in shapes[name]]
+            _check_binding(name, declared, dims, symbols)
+        elif declared is None:
+            problems.append(f"input {name!r} has an unknown rank")
+            hints.append(f"{name}=<dims>")
+            continue
+        elif any(isinstance(d, str) for d in declared):
+            problems += [
+                f"input {name!r} dim {i} {d!r} is not bound"
+                for i, d in enumerate(declared)
+                if isinstance(d, str)
+            ]
+            hints.append(f"{name}={','.join(str(d) for d in declared)}")
+            continue
+        else:
+            dims = [int(d) for d in declared]
+        dtype = onnx_dtype_name(by_name[name].type.tensor_type.elem_type)
+        assert dtype is not None
+        out.append(Var(name, TensorType(tuple(dims), dtype)))
+    if problems:
+        raise ShapeError(
+            f"{'; '.join(problems)}; pass the full input shapes, e.g. --shape {' --shape '.join(hints)}"
+        )
+    return out
+
+
+# ---- conversion -------------------------------------------------------------------------------------
+
+
+def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int) -> Graph:
+    env: dict[str, Expr] = {}
+    for t in graph.initializer:
+        env[t.name] = Const(t.name, numpy_helper.to_array(t))
+    for v in inputs:
+        env[v.name] = v
+    for i, node in enumerate(graph.node):
+        name = node_name(node, i)
+        missing = [n for n in node.input if n and n not in env]
+        if missing:
+            raise ModelError(f"uses undefined value(s) {missing}", node=name, op=node.op_type)
+        ctx = NodeContext(
+            node=node,
+            name=name,
+            opset=opset,
+            inputs=[env[n] if n else None for n in node.input],
+            attrs={a.name: decode_attribute(a) for a in node.attribute},
+        )
+        try:
+            conv = CONVERTERS.get(node.op_type)
+            outs = conv.convert(ctx) if conv else _fold_with_onnx(ctx)
+        except CompilerError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AssertionError) as e:
+            raise CompilerError(f"cannot convert: {type(e).__name__}: {e}", node=name, op=node.op_type) from e
+        for out_name, value in zip(node.output, outs, strict=False):
+            if out_name and value is not None:
+                env[out_name] = value
+    outputs = []
+    for o in graph.output:
+        if o.name not in env:
+            raise ModelError(f"graph output {o.name!r} is never computed")
+        outputs.append(env[o.name])
+    return Graph(tuple(inputs), tuple(outputs), tuple(o.name for o in graph.output))
+
+
+def _fold_with_onnx(ctx: NodeContext) -> Iterable[Expr]:
+    """An op outside temper's vocabulary applied to constants: evaluate it with ONNX's reference."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds: dict[str, Any] = {}
+    for n, v in zip(ctx.node.input, ctx.inputs, strict=True):
+        if n:
+            if not isinstance(v, Const):
+                raise ctx.error(f"{ctx.op_type} is only supported on constant inputs")
+            feeds[n] = v.data
+    try:
+        results = ReferenceEvaluator(ctx.node, opsets={"": ctx.opset}).run(None, feeds)
+    except Exception as e:  # the reference raises anything; report it against the node
+        raise ctx.error(f"cannot evaluate {ctx.op_type} on its constant inputs: {e}") from None
+    outs = []
+    for out_name, data in zip(ctx.node.output, results, strict=True):
+        arr = np.asarray(data)
+        if str(arr.dtype) not in DTYPES:
+            raise ctx.error(f"{ctx.op_type} produced dtype {arr.dtype}, which temper cannot hold")
+        outs.append(Const(out_name or ctx.name, arr))
+    return outs

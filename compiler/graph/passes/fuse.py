@@ -1,0 +1,152 @@
+"""Operator fusion: partition a graph into groups, each compiled to one kernel.
+
+A fused graph is a Graph whose calls all have op "fused", attrs (("group", Group),) and as arguments
+the group's external inputs (Vars, Consts or other fused calls) in params order.
+
+Rules (with fuse=True; fuse=False makes every op its own group):
+- an ANCHOR (conv, matmul, pool) or REDUCTION op starts a group;
+- an ELEMWISE/BROADCAST op joins the group of a producer that has no other user and is not a graph
+  output, provided that, when the group holds an anchor/reduction, the op keeps the group's output
+  shape (an epilogue computed at the anchor's output points: bias, BN shift, residual, activation);
+- an INJECTIVE op joins such a producer's group only if the group holds no anchor/reduction, so
+  chains of injective and elementwise ops become one kernel;
+- a group never holds two anchors/reductions; secondary inputs (residual, bias) become extra params.
+Every group has exactly one output, which is why a producer with other users ends its group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.graph.ir import Call, Expr, Graph, Var, users
+from compiler.graph.printer import const_names, format_function
+from compiler.ops import registry
+from compiler.ops.registry import Pattern
+
+_MAX_NAME_OPS = 6
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Group:
+    name: str  # kernel name e.g. "fused_conv2d_add_relu_3" (unique in the graph)
+    params: tuple[Var, ...]  # one Var per distinct external input (Vars named p0, p1, ...)
+    body: Graph  # inputs=params, exactly one output
+    anchor: Call | None  # the anchor op inside body (conv2d/matmul/pool/...) or the reduction
+
+    @property
+    def ops(self) -> list[str]:
+        return [c.op for c in self.body.calls()]
+
+
+@dataclass
+class _Building:
+    members: list[Call]
+    anchor: Call | None
+
+
+def _pattern(call: Call) -> Pattern:
+    return registry.get(call.op).pattern
+
+
+def _target_group(
+    call: Call, groups: list[_Building], group_of: dict[int, int], single_use: dict[int, bool]
+) -> int | None:
+    """The producer group this op may join (preferring one with an anchor), or None."""
+    pattern = _pattern(call)
+    if pattern > Pattern.INJECTIVE:
+        return None
+    choices: list[int] = []
+    for arg in call.args:
+        if not isinstance(arg, Call) or not single_use.get(id(arg), False):
+            continue
+        g = group_of[id(arg)]
+        building = groups[g]
+        if building.members[-1] is not arg or g in choices:
+            continue
+        epilogue_ok = pattern != Pattern.INJECTIVE and call.type.shape == arg.type.shape
+        if building.anchor is not None and not epilogue_ok:
+            continue
+        choices.append(g)
+    if not choices:
+        return None
+    with_anchor = [g for g in choices if groups[g].anchor is not None]
+    return (with_anchor or choices)[0]
+
+
+def _group_name(members: list[Call], index: int) -> str:
+    ops = [c.op for c in members]
+    shown = ops[:_MAX_NAME_OPS] + (["etc"] if len(ops) > _MAX_NAME_OPS else [])
+    return f"fused_{'_'.join(shown)}_{index}"
+
+
+def partition(graph: Graph, fuse: bool = True) -> Graph:
+    """Group every call of a plain graph; returns the fused graph (see the module docstring)."""
+    uses = users(graph)
+    outputs = {id(o) for o in graph.outputs}
+    single_use = {
+        id(c): len({id(u) for u in uses.get(id(c), [])}) == 1 and id(c) not in outputs for c in graph.calls()
+    }
+    groups: list[_Building] = []
+    group_of: dict[int, int] = {}
+    for call in graph.calls():
+        if call.op == "fused":
+            raise ValueError("graph is already partitioned")
+        target = _target_group(call, groups, group_of, single_use) if fuse else None
+        if target is None:
+            is_anchor = _pattern(call) in (Pattern.ANCHOR, Pattern.REDUCTION)
+            groups.append(_Building([call], call if is_anchor else None))
+            target = len(groups) - 1
+        else:
+            groups[target].members.append(call)
+        group_of[id(call)] = target
+
+    memo: dict[int, Expr] = {id(v): v for v in graph.inputs}
+    for node in graph.nodes():
+        if not isinstance(node, Call):
+            memo[id(node)] = node
+    position = {id(c): i for i, c in enumerate(graph.calls())}
+    ordered = sorted(groups, key=lambda b: position[id(b.members[-1])])  # a group runs after its inputs
+    for index, building in enumerate(ordered):
+        memo[id(building.members[-1])] = _build(building, index, memo)
+    return graph.with_outputs(tuple(memo[id(o)] for o in graph.outputs))
+
+
+def _build(building: _Building, index: int, memo: dict[int, Expr]) -> Call:
+    """One fused call: params for external inputs, the members rebuilt on them as the body."""
+    inside = {id(c) for c in building.members}
+    externals: list[Expr] = []
+    params: list[Var] = []
+    local: dict[int, Expr] = {}
+    anchor = None
+    for member in building.members:
+        for arg in member.args:
+            if id(arg) not in inside and id(arg) not in local:
+                param = Var(f"p{len(params)}", arg.type)
+                params.append(param)
+                externals.append(memo[id(arg)])
+                local[id(arg)] = param
+        new = Call(
+            member.op, tuple(local[id(a)] for a in member.args), member.attrs, member.type, member.name
+        )
+        local[id(member)] = new
+        if member is building.anchor:
+            anchor = new
+    root = building.members[-1]
+    body = Graph(tuple(params), (local[id(root)],), ("out",))
+    group = Group(_group_name(building.members, index), tuple(params), body, anchor)
+    name = building.anchor.name if building.anchor is not None else root.name
+    return Call("fused", tuple(externals), (("group", group),), root.type, name)
+
+
+def groups_of(graph: Graph) -> list[Group]:
+    """The groups of a fused graph, in execution order."""
+    return [c.attr("group") for c in graph.calls() if c.op == "fused"]
+
+
+def print_fused(graph: Graph) -> str:
+    """Every group as its own function (params %p0...), then main calling them by kernel name."""
+    lines: list[str] = []
+    for group in groups_of(graph):
+        lines += [*format_function(group.name, group.body, {}), ""]
+    lines += format_function("main", graph, const_names(graph))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,76 @@
+"""Algebraic clean-ups that exporters leave behind; each rule removes a kernel or merges two.
+
+- reshape/expand/pad/slice/resize/cast/transpose/concat that change nothing -> their input
+- reshape(reshape(x)) -> reshape(x); transpose(transpose(x)) -> one transpose
+- x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 with a constant 0 / 1 that does not broadcast x -> x
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.graph.ir import Call, Const, Expr, Graph, rewrite
+
+
+def _is_const(x: Expr, value: float) -> bool:
+    return isinstance(x, Const) and bool(np.all(x.data == value))
+
+
+def _identity_operand(call: Call, args: tuple[Expr, ...]) -> Expr | None:
+    """The operand a neutral-element binary op returns, if its result type is that operand's."""
+    if len(args) != 2:
+        return None
+    a, b = args
+    neutral = {"add": (0, 0), "sub": (None, 0), "mul": (1, 1), "div": (None, 1)}.get(call.op)
+    if neutral is None:
+        return None
+    left, right = neutral
+    if right is not None and _is_const(b, right) and a.type == call.type:
+        return a
+    if left is not None and _is_const(a, left) and b.type == call.type:
+        return b
+    return None
+
+
+def _noop(call: Call, args: tuple[Expr, ...]) -> Expr | None:
+    """The input, if this data-movement call leaves it unchanged."""
+    x = args[0]
+    if x.type != call.type:
+        return None
+    attrs = call.attr_dict
+    if call.op in ("reshape", "expand", "cast"):
+        return x
+    if call.op == "transpose" and list(attrs["perm"]) == sorted(attrs["perm"]):
+        return x
+    if call.op == "concat" and len(args) == 1:
+        return x
+    if call.op == "pad" and not any(attrs["pads"]):
+        return x
+    if call.op == "slice" and all(s == 1 for s in attrs["steps"]):
+        return x
+    if call.op == "resize" and all(s == 1.0 for s in attrs["scales"]):
+        return x
+    return None
+
+
+def _merge(call: Call, args: tuple[Expr, ...]) -> Expr | None:
+    """Collapse two consecutive reshapes or transposes into one."""
+    x = args[0]
+    if call.op == "reshape" and isinstance(x, Call) and x.op == "reshape":
+        return Call("reshape", x.args, call.attrs, call.type, call.name)
+    if call.op == "transpose" and isinstance(x, Call) and x.op == "transpose":
+        inner, outer = x.attr("perm"), call.attr("perm")
+        perm = tuple(inner[p] for p in outer)
+        if perm == tuple(range(len(perm))):
+            return x.args[0]
+        return Call("transpose", x.args, (("perm", perm),), call.type, call.name)
+    return None
+
+
+def simplify(graph: Graph) -> Graph:
+    def rule(call: Call, args: tuple[Expr, ...]) -> Expr | None:
+        if call.op == "fused" or not args:
+            return None
+        return _identity_operand(call, args) or _noop(call, args) or _merge(call, args)
+
+    return rewrite(graph, rule)

@@ -1,0 +1,19 @@
+"""Graph operators, one module per family; importing this package registers every op.
+
+The list below is the whole vocabulary of the graph IR (see each module's docstring for the ops
+and their attributes).
+"""
+
+from compiler.ops import (  # noqa: F401  (imported to register their ops)
+    binary,
+    conv2d,
+    conv_transpose,
+    elementwise,
+    matmul,
+    norm,
+    pool,
+    reduce,
+    resize,
+    softmax,
+    transform,
+)

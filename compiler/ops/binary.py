@@ -1,0 +1,269 @@
+"""Binary (and ternary `where`) ops with numpy broadcasting.
+
+Both operands share one dtype (as in ONNX), except `pow` whose exponent may differ; comparisons
+return bool. `prelu` broadcasts its slope to x only (x keeps its shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.ir import TensorType
+from compiler.ops.common import (
+    ANY_DTYPE,
+    FLOAT,
+    NUMERIC,
+    broadcast_shapes,
+    expect_args,
+    expect_dtype,
+    expect_same_dtype,
+    fail,
+)
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tir import compute as te
+from compiler.tir.ir import BinOp, Expr
+
+
+def binary_infer(op: str, allowed: Sequence[str], out_dtype: str | None = None) -> Callable[..., TensorType]:
+    """Same-dtype operands from `allowed`, broadcast shape; result dtype is the operands' or out_dtype."""
+
+    def infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+        expect_args(op, types, 2)
+        dtype = expect_same_dtype(op, types)
+        expect_dtype(op, types[0], allowed)
+        return TensorType(broadcast_shapes(types[0].shape, types[1].shape), out_dtype or dtype)
+
+    return infer
+
+
+def _pow_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("pow", types, 2)
+    expect_dtype("pow", types[0], NUMERIC, "base")
+    expect_dtype("pow", types[1], NUMERIC, "exponent")
+    return TensorType(broadcast_shapes(types[0].shape, types[1].shape), types[0].dtype)
+
+
+def _where_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("where", types, 3)
+    expect_dtype("where", types[0], ("bool",), "condition")
+    dtype = expect_same_dtype("where", types[1:])
+    return TensorType(broadcast_shapes(*(t.shape for t in types)), dtype)
+
+
+def _prelu_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("prelu", types, 2)
+    expect_same_dtype("prelu", types)
+    expect_dtype("prelu", types[0], (FLOAT,))
+    if broadcast_shapes(types[0].shape, types[1].shape) != types[0].shape:
+        raise fail(f"prelu slope {list(types[1].shape)} does not broadcast to x {list(types[0].shape)}")
+    return types[0]
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (C semantics, as onnxruntime does)."""
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
+
+
+def _add(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.add(a[0], a[1])
+
+
+def _sub(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.subtract(a[0], a[1])
+
+
+def _mul(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.multiply(a[0], a[1])
+
+
+def _div(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    if np.issubdtype(a[0].dtype, np.integer):
+        return _int_div(a[0], a[1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.divide(a[0], a[1])
+
+
+def _pow(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        out = np.power(a[0].astype(np.float64), a[1].astype(np.float64))
+        return out.astype(a[0].dtype)
+
+
+def _minimum(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.minimum(a[0], a[1])
+
+
+def _maximum(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.maximum(a[0], a[1])
+
+
+def _equal(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.equal(a[0], a[1])
+
+
+def _less(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.less(a[0], a[1])
+
+
+def _greater(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.greater(a[0], a[1])
+
+
+def _where(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.where(a[0], a[1], a[2])
+
+
+def _prelu(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    x, slope = a
+    return np.where(x < 0, x * slope, x).astype(x.dtype)
+
+
+# ------------------------------------------------------------------ lowering: compute definitions
+def _bcast(t: te.Tensor, out: TensorType, ix: Sequence[Expr]) -> Expr:
+    return t[te.broadcast_indices(out.shape, t.shape, ix)]
+
+
+def _binary_compute(fn: Callable[[Expr, Expr], Expr]) -> Callable[..., te.Tensor]:
+    def compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
+        a, b = inputs
+        return te.compute(
+            out.shape,
+            lambda *i: fn(_bcast(a, out, i), _bcast(b, out, i)),
+            name,
+            tag="broadcast",
+            dtype=out.dtype,
+        )
+
+    return compute
+
+
+def _where_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    c, a, b = inputs
+    return te.compute(
+        out.shape,
+        lambda *i: te.select(te.cast("bool", _bcast(c, out, i)), _bcast(a, out, i), _bcast(b, out, i)),
+        name,
+        tag="broadcast",
+        dtype=out.dtype,
+    )
+
+
+def _prelu_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    x, s = inputs
+
+    def body(*i: Expr) -> Expr:
+        v = _bcast(x, out, i)
+        zero = te.f32(0.0) if v.dtype == "float32" else te.idx(0)
+        return te.select(BinOp("<", v, zero), te.mul(_bcast(s, out, i), v), v)
+
+    return te.compute(out.shape, body, name, tag="broadcast", dtype=out.dtype)
+
+
+BINARY_COMPUTES: dict[str, Callable[[Expr, Expr], Expr]] = {
+    "add": te.add,
+    "sub": te.sub,
+    "mul": te.mul,
+    "div": te.div,  # integer div in the IR is truncating like ONNX only for non-negative values
+    "pow": lambda a, b: te.call("pow", a, te.cast(a.dtype, b)),
+    "minimum": te.minimum,
+    "maximum": te.maximum,
+    "equal": lambda a, b: BinOp("==", a, b),
+    "less": lambda a, b: BinOp("<", a, b),
+    "greater": lambda a, b: BinOp(">", a, b),
+}
+
+
+register(
+    OpDef(
+        "add",
+        Pattern.BROADCAST,
+        binary_infer("add", NUMERIC),
+        _add,
+        compute=_binary_compute(BINARY_COMPUTES["add"]),
+    )
+)
+register(
+    OpDef(
+        "sub",
+        Pattern.BROADCAST,
+        binary_infer("sub", NUMERIC),
+        _sub,
+        compute=_binary_compute(BINARY_COMPUTES["sub"]),
+    )
+)
+register(
+    OpDef(
+        "mul",
+        Pattern.BROADCAST,
+        binary_infer("mul", NUMERIC),
+        _mul,
+        compute=_binary_compute(BINARY_COMPUTES["mul"]),
+    )
+)
+register(
+    OpDef(
+        "div",
+        Pattern.BROADCAST,
+        binary_infer("div", NUMERIC),
+        _div,
+        compute=_binary_compute(BINARY_COMPUTES["div"]),
+    )
+)
+register(OpDef("pow", Pattern.BROADCAST, _pow_infer, _pow, compute=_binary_compute(BINARY_COMPUTES["pow"])))
+register(
+    OpDef(
+        "minimum",
+        Pattern.BROADCAST,
+        binary_infer("minimum", NUMERIC),
+        _minimum,
+        compute=_binary_compute(BINARY_COMPUTES["minimum"]),
+    )
+)
+register(
+    OpDef(
+        "maximum",
+        Pattern.BROADCAST,
+        binary_infer("maximum", NUMERIC),
+        _maximum,
+        compute=_binary_compute(BINARY_COMPUTES["maximum"]),
+    )
+)
+register(
+    OpDef(
+        "equal",
+        Pattern.BROADCAST,
+        binary_infer("equal", ANY_DTYPE, "bool"),
+        _equal,
+        compute=_binary_compute(BINARY_COMPUTES["equal"]),
+    )
+)
+register(
+    OpDef(
+        "less",
+        Pattern.BROADCAST,
+        binary_infer("less", NUMERIC, "bool"),
+        _less,
+        compute=_binary_compute(BINARY_COMPUTES["less"]),
+    )
+)
+register(
+    OpDef(
+        "greater",
+        Pattern.BROADCAST,
+        binary_infer("greater", NUMERIC, "bool"),
+        _greater,
+        compute=_binary_compute(BINARY_COMPUTES["greater"]),
+    )
+)
+# where(cond: bool, a, b): a where cond else b, all three broadcast together
+register(OpDef("where", Pattern.BROADCAST, _where_infer, _where, compute=_where_compute))
+# prelu(x, slope): slope broadcasts to x's shape
+register(OpDef("prelu", Pattern.BROADCAST, _prelu_infer, _prelu, compute=_prelu_compute))

@@ -1,0 +1,233 @@
+"""conv2d: NCHW input, OIHW weight, explicit pads, no bias (the frontend adds it as a separate `add`).
+
+Attributes: strides=(sh, sw), pads=(top, left, bottom, right), dilations=(dh, dw), groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import ScheduleError
+from compiler.graph.ir import TensorType
+from compiler.ops.common import (
+    FLOAT,
+    conv_out_size,
+    expect_args,
+    expect_dtype,
+    fail,
+    int_attr,
+    ints_attr,
+    non_negative,
+    positive,
+)
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tir import compute as te
+from compiler.tir.ir import BinOp, Expr, FloatImm, Layout, Load, walk_expr
+from compiler.tir.rules import KernelInfo, block_of, inline_injective, parallel_vectorize, root_loops
+from compiler.tir.trace import Schedule
+
+
+def window_attrs(attrs: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int, int, int], tuple[int, int]]:
+    """Validated (strides, pads, dilations) of a 2-D sliding-window op."""
+    strides = ints_attr(attrs, "strides", 2)
+    pads = ints_attr(attrs, "pads", 4)
+    dilations = ints_attr(attrs, "dilations", 2)
+    positive("strides", strides)
+    positive("dilations", dilations)
+    non_negative("pads", pads)
+    return (strides[0], strides[1]), (pads[0], pads[1], pads[2], pads[3]), (dilations[0], dilations[1])
+
+
+def _conv2d_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("conv2d", types, 2)
+    x, w = types
+    expect_dtype("conv2d", x, (FLOAT,), "input")
+    expect_dtype("conv2d", w, (FLOAT,), "weight")
+    strides, pads, dilations = window_attrs(attrs)
+    groups = int_attr(attrs, "groups")
+    if x.ndim != 4 or w.ndim != 4:
+        raise fail(f"conv2d needs a 4-D input and weight, got {list(x.shape)} and {list(w.shape)}")
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    if groups < 1 or c % groups or m % groups or cg * groups != c:
+        raise fail(f"conv2d with groups={groups}: input channels {c} and weight {list(w.shape)} do not match")
+    oh = conv_out_size(h, kh, strides[0], pads[0], pads[2], dilations[0])
+    ow = conv_out_size(wd, kw, strides[1], pads[1], pads[3], dilations[1])
+    if oh < 1 or ow < 1:
+        raise fail(f"conv2d output would be empty ({oh}x{ow}) for input {list(x.shape)}")
+    return TensorType((n, m, oh, ow), x.dtype)
+
+
+def padded(x: np.ndarray, pads: Sequence[int], value: float = 0.0) -> np.ndarray:
+    """Pad the two trailing axes by (top, left, bottom, right)."""
+    top, left, bottom, right = pads
+    if not any(pads):
+        return x
+    width = [(0, 0)] * (x.ndim - 2) + [(top, bottom), (left, right)]
+    return np.pad(x, width, constant_values=value)
+
+
+def _conv2d(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """Sum over kernel taps of a (batched, grouped) matmul: fast enough to be an oracle on real models."""
+    x, w = a
+    (sh, sw), pads, (dh, dw) = window_attrs(attrs)
+    groups = attrs["groups"]
+    n = x.shape[0]
+    m, cg, kh, kw = w.shape
+    out_t = _conv2d_infer([TensorType(x.shape, str(x.dtype)), TensorType(w.shape, str(w.dtype))], attrs)
+    oh, ow = out_t.shape[2:]
+    xp = padded(x, pads)
+    # taps first and contiguous: numpy only hands contiguous operands to BLAS
+    taps = np.ascontiguousarray(w.reshape(groups, m // groups, cg, kh, kw).transpose(3, 4, 0, 1, 2))
+    out = np.zeros((n, groups, m // groups, oh * ow), dtype=np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            tap = xp[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+            tap = tap.reshape(n, groups, cg, oh * ow)
+            out += np.matmul(taps[i, j][None], tap)
+    return out.reshape(n, m, oh, ow)
+
+
+# ------------------------------------------------------------------ lowering: compute definitions
+def pad_tensor(
+    x: te.Tensor, pads_before: Sequence[int], pads_after: Sequence[int], value: float, name: str
+) -> te.Tensor:
+    """Zero (or `value`) padded copy of x; loads are clamped so no lane reads out of bounds."""
+    if not any(pads_before) and not any(pads_after):
+        return x
+    shape = [d + b + a for d, b, a in zip(x.shape, pads_before, pads_after, strict=True)]
+
+    def body(*ix: Expr) -> Expr:
+        conds = []
+        src = []
+        for i, d, b in zip(ix, x.shape, pads_before, strict=True):
+            if b == 0 and shape[len(src)] == d:
+                src.append(i)
+                continue
+            j = te.sub(i, te.idx(b))
+            conds += [BinOp(">=", j, te.idx(0)), BinOp("<", j, te.idx(d))]
+            src.append(te.minimum(te.maximum(j, te.idx(0)), te.idx(d - 1)))
+        cond = te.all_of(conds)
+        v = x[src]
+        return v if cond is None else te.select(cond, v, FloatImm(float(value), x.dtype))
+
+    return te.compute(shape, body, f"{name}_pad", tag="pad", dtype=x.dtype)
+
+
+def _conv2d_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    x, w = inputs
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    dh, dw = attrs["dilations"]
+    groups = attrs.get("groups", 1)
+    oc_total, icg, kh, kw = w.shape
+    ocg = oc_total // groups
+    xp = pad_tensor(x, (0, 0, pt, pl), (0, 0, pb, pr), 0.0, name)
+    rc, ry, rx = te.reduce_axis(icg, "rc"), te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+
+    def body(n: Expr, oc: Expr, oh: Expr, ow: Expr) -> te.Reduce:
+        ic = rc.var if groups == 1 else te.add(te.mul(BinOp("//", oc, te.idx(ocg)), te.idx(icg)), rc.var)
+        h = te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh)))
+        v = te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw)))
+        return te.reduce_sum(te.mul(xp[n, ic, h, v], w[oc, rc.var, ry.var, rx.var]), [rc, ry, rx])
+
+    kind = "anchor" if groups == 1 else "anchor_depthwise" if icg == 1 and ocg == 1 else "anchor_grouped"
+    return te.compute(out.shape, body, name, tag=kind, axis_names=["n", "oc", "oh", "ow"], dtype=out.dtype)
+
+
+def conv_tile(target: Any, oc: int, ow: int) -> tuple[int, int]:
+    """(oc tile = vector lanes x 1|2, ow tile) with as many accumulators as registers allow."""
+    lanes = target.lanes()
+    regs = 32 if target.vector_bits >= 512 else 16
+    best, best_score = (min(oc, lanes), 1), -1.0
+    for nvec in (2, 1):
+        nt = nvec * lanes
+        if oc % nt:
+            continue
+        max_w = max(1, (regs - nvec - 2) // nvec)
+        owt = max(d for d in range(1, min(ow, max_w) + 1) if ow % d == 0)
+        score = owt * nvec
+        if score > best_score:
+            best, best_score = (nt, owt), score
+    return best
+
+
+def _consumer_and_scope(sch: Schedule, info: KernelInfo, anchor: str) -> str:
+    blk = block_of(sch, anchor)
+    if info.output_block != anchor:
+        sch.set_scope(blk.body.buffer.name, "local")  # type: ignore[union-attr]
+        return info.output_block
+    return sch.cache_write(anchor)
+
+
+def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
+    """Register-tiled direct convolution.
+
+    Dense/grouped-free convs: a tile of output channels (1-2 vectors, weights packed so a tile's
+    weights are contiguous) by a run of output columns accumulates in registers over (ic, kh, kw);
+    the fused epilogue runs per tile. Depthwise convs vectorize along output columns instead.
+    The padded input is materialized once (parallel), so the inner loop has no bounds checks.
+    """
+    conv = info.anchor_block
+    assert conv is not None
+    kind = info.tags.get(conv, "anchor")
+    if kind == "anchor_grouped":
+        raise ScheduleError("grouped convolution uses the generic schedule")
+    pad = f"{conv}_pad"
+    keep = (pad,) if pad in sch.blocks() else ()
+    inline_injective(sch, info, keep=keep)
+    blk = block_of(sch, conv)
+    oc_iv, ow_iv = blk.iter_vars[1], blk.iter_vars[3]
+    consumer = _consumer_and_scope(sch, info, conv)
+    ln, loc, loh, low, lrc, lry, lrx = [f.var.name for f in root_loops(sch, conv)]
+    lanes = info.target.lanes()
+    if kind == "anchor_depthwise":
+        ow = ow_iv.extent
+        vw = ow if ow <= 32 else next((d for d in range(32, 0, -1) if ow % d == 0 and d % lanes == 0), ow)
+        owo, owv = sch.split(low, [None, vw])
+        sch.reorder(ln, loc, loh, owo, lrc, lry, lrx, owv)
+        outer = sch.fuse(ln, loc, loh)
+        sch.parallel(outer)
+        sch.unroll(lry)
+        sch.unroll(lrx)
+        sch.vectorize(owv)
+        sch.reverse_compute_at(consumer, owo)
+        sch.decompose_reduction(conv, lrc)
+        inner = root_loops(sch, consumer)[-1]
+        if inner.extent <= 32:
+            sch.vectorize(inner.var.name)
+    else:
+        nt, owt = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
+        oco, oci = sch.split(loc, [None, nt])
+        ocv_o, ocv = sch.split(oci, [None, min(lanes, nt)])
+        owo, owi = sch.split(low, [None, owt])
+        sch.reorder(ln, oco, loh, owo, lrc, lry, lrx, owi, ocv_o, ocv)
+        outer = sch.fuse(ln, oco, loh)
+        sch.parallel(outer)
+        sch.unroll(owi)
+        sch.unroll(ocv_o)
+        sch.vectorize(ocv)
+        weight = next(
+            x.buffer.name
+            for x in walk_expr(blk.body.value)  # type: ignore[union-attr]
+            if isinstance(x, Load) and x.indices[0] is oc_iv.var
+        )
+        if weight in sch.const_params and oc_iv.extent % nt == 0:
+            sch.pack_layout(weight, Layout(((0, nt),), (0, 2, 3, 4, 1)))
+        sch.reverse_compute_at(consumer, owo)
+        sch.decompose_reduction(conv, lrc)
+    if keep:
+        parallel_vectorize(sch, pad, info.target)
+
+
+# conv2d(x, w), attrs: strides, pads (top, left, bottom, right), dilations, groups
+register(
+    OpDef(
+        "conv2d", Pattern.ANCHOR, _conv2d_infer, _conv2d, compute=_conv2d_compute, schedule=_conv2d_schedule
+    )
+)

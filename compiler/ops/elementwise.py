@@ -1,0 +1,354 @@
+"""Unary elementwise ops: out[i] = f(x[i]), same shape as the input.
+
+Float ops take float32 only; sign/abs/relu/clip also take integers because shape computations use
+them (those are folded at compile time). References compute in float64 where that is cheaper than
+being careful, and return exactly the inferred dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.ir import DTYPES, TensorType
+from compiler.ops.common import FLOAT, NUMERIC, expect_args, expect_dtype, float_attr, str_attr
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tir import compute as te
+from compiler.tir.ir import BinOp, Expr, FloatImm
+
+# dtypes a runtime `cast` may produce or consume (folded casts may use any dtype of the IR)
+CAST_DTYPES = tuple(DTYPES)
+
+
+def unary_infer(
+    op: str, allowed: Sequence[str], float_attrs: Sequence[str] = ()
+) -> Callable[..., TensorType]:
+    """Infer function of a shape-preserving unary op taking `allowed` dtypes."""
+
+    def infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+        expect_args(op, types, 1)
+        expect_dtype(op, types[0], allowed)
+        for key in float_attrs:
+            float_attr(attrs, key)
+        return types[0]
+
+    return infer
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64)
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf64(x: np.ndarray) -> np.ndarray:
+    """Exact (libm) erf on float64; numpy has none."""
+    return np.asarray(_erf(x), dtype=np.float64)
+
+
+def _neg(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.negative(a[0])
+
+
+def _abs(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.abs(a[0])
+
+
+def _exp(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.exp(a[0])
+
+
+def _log(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(a[0])
+
+
+def _sqrt(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(a[0])
+
+
+def _reciprocal(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.reciprocal(a[0])
+
+
+def _tanh(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.tanh(a[0])
+
+
+def _sigmoid(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.exp(-np.logaddexp(0.0, -_f64(a[0]))).astype(a[0].dtype)
+
+
+def _relu(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return np.maximum(a[0], np.zeros((), a[0].dtype))
+
+
+def _erf_ref(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    return erf64(_f64(a[0])).astype(a[0].dtype)
+
+
+def _leaky_relu(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = a[0]
+    return np.where(x < 0, x * np.float32(attrs["alpha"]), x).astype(x.dtype)
+
+
+def _clip(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = a[0]
+    lo, hi = attrs["min"], attrs["max"]
+    if np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        lo = info.min if lo == -math.inf else math.ceil(lo)
+        hi = info.max if hi == math.inf else math.floor(hi)
+    return np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi))
+
+
+def _hard_sigmoid(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = _f64(a[0])
+    return np.clip(attrs["alpha"] * x + attrs["beta"], 0.0, 1.0).astype(a[0].dtype)
+
+
+def _hard_swish(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    x = _f64(a[0])
+    return (x * np.clip(x / 6.0 + 0.5, 0.0, 1.0)).astype(a[0].dtype)
+
+
+def _gelu(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = _f64(a[0])
+    if attrs["approximate"] == "tanh":
+        y = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    else:
+        y = 0.5 * x * (1.0 + erf64(x / math.sqrt(2.0)))
+    return y.astype(a[0].dtype)
+
+
+def _gelu_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("gelu", types, 1)
+    expect_dtype("gelu", types[0], (FLOAT,))
+    str_attr(attrs, "approximate", ("none", "tanh"))
+    return types[0]
+
+
+def _cast_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("cast", types, 1)
+    to = str_attr(attrs, "to", CAST_DTYPES)
+    return TensorType(types[0].shape, to)
+
+
+def _cast(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return a[0].astype(attrs["to"])
+
+
+# ------------------------------------------------------------------ lowering: compute definitions
+def _unary_compute(fn: Callable[[Expr, dict[str, Any]], Expr]) -> Callable[..., te.Tensor]:
+    def compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
+        (x,) = inputs
+        return te.compute(out.shape, lambda *i: fn(x[i], attrs), name, tag="elemwise", dtype=out.dtype)
+
+    return compute
+
+
+def _fc(v: float, like: Expr) -> Expr:
+    return FloatImm(float(v), like.dtype) if like.dtype.startswith("float") else te.idx(int(v))
+
+
+def _sigmoid_expr(x: Expr) -> Expr:
+    return te.div(_fc(1.0, x), te.add(_fc(1.0, x), te.call("exp", te.sub(_fc(0.0, x), x))))
+
+
+def _clip_expr(x: Expr, attrs: dict[str, Any]) -> Expr:
+    lo, hi = attrs.get("min"), attrs.get("max")
+    if lo is not None and not math.isinf(lo):
+        x = te.maximum(x, _fc(lo, x))
+    if hi is not None and not math.isinf(hi):
+        x = te.minimum(x, _fc(hi, x))
+    return x
+
+
+def _gelu_expr(x: Expr, attrs: dict[str, Any]) -> Expr:
+    half = te.mul(_fc(0.5, x), x)
+    if attrs.get("approximate", "none") == "tanh":
+        inner = te.mul(
+            _fc(math.sqrt(2.0 / math.pi), x), te.add(x, te.mul(_fc(0.044715, x), te.mul(x, te.mul(x, x))))
+        )
+        return te.mul(half, te.add(_fc(1.0, x), te.call("tanh", inner)))
+    return te.mul(half, te.add(_fc(1.0, x), te.call("erf", te.mul(x, _fc(1.0 / math.sqrt(2.0), x)))))
+
+
+UNARY_COMPUTES: dict[str, Callable[[Expr, dict[str, Any]], Expr]] = {
+    "neg": lambda x, a: te.sub(_fc(0, x), x),
+    "abs": lambda x, a: (
+        te.call("fabs", x)
+        if x.dtype.startswith("float")
+        else te.select(BinOp("<", x, _fc(0, x)), te.sub(_fc(0, x), x), x)
+    ),
+    "exp": lambda x, a: te.call("exp", x),
+    "log": lambda x, a: te.call("log", x),
+    "sqrt": lambda x, a: te.call("sqrt", x),
+    "reciprocal": lambda x, a: te.div(_fc(1.0, x), x),
+    "tanh": lambda x, a: te.call("tanh", x),
+    "sigmoid": lambda x, a: _sigmoid_expr(x),
+    "relu": lambda x, a: te.maximum(x, _fc(0, x)),
+    "erf": lambda x, a: te.call("erf", x),
+    "leaky_relu": lambda x, a: te.select(
+        BinOp("<", x, _fc(0, x)), te.mul(_fc(a.get("alpha", 0.01), x), x), x
+    ),
+    "clip": _clip_expr,
+    "hard_sigmoid": lambda x, a: te.maximum(
+        _fc(0, x),
+        te.minimum(_fc(1, x), te.add(te.mul(_fc(a.get("alpha", 0.2), x), x), _fc(a.get("beta", 0.5), x))),
+    ),
+    "hard_swish": lambda x, a: te.mul(
+        x, te.maximum(_fc(0, x), te.minimum(_fc(1, x), te.add(te.mul(_fc(1.0 / 6.0, x), x), _fc(0.5, x))))
+    ),
+    "gelu": _gelu_expr,
+}
+
+
+def _cast_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    (x,) = inputs
+    return te.compute(out.shape, lambda *i: te.cast(out.dtype, x[i]), name, tag="elemwise", dtype=out.dtype)
+
+
+register(
+    OpDef(
+        "neg",
+        Pattern.ELEMWISE,
+        unary_infer("neg", NUMERIC),
+        _neg,
+        compute=_unary_compute(UNARY_COMPUTES["neg"]),
+    )
+)
+register(
+    OpDef(
+        "abs",
+        Pattern.ELEMWISE,
+        unary_infer("abs", NUMERIC),
+        _abs,
+        compute=_unary_compute(UNARY_COMPUTES["abs"]),
+    )
+)
+register(
+    OpDef(
+        "exp",
+        Pattern.ELEMWISE,
+        unary_infer("exp", (FLOAT,)),
+        _exp,
+        compute=_unary_compute(UNARY_COMPUTES["exp"]),
+    )
+)
+register(
+    OpDef(
+        "log",
+        Pattern.ELEMWISE,
+        unary_infer("log", (FLOAT,)),
+        _log,
+        compute=_unary_compute(UNARY_COMPUTES["log"]),
+    )
+)
+register(
+    OpDef(
+        "sqrt",
+        Pattern.ELEMWISE,
+        unary_infer("sqrt", (FLOAT,)),
+        _sqrt,
+        compute=_unary_compute(UNARY_COMPUTES["sqrt"]),
+    )
+)
+register(
+    OpDef(
+        "reciprocal",
+        Pattern.ELEMWISE,
+        unary_infer("reciprocal", (FLOAT,)),
+        _reciprocal,
+        compute=_unary_compute(UNARY_COMPUTES["reciprocal"]),
+    )
+)
+register(
+    OpDef(
+        "tanh",
+        Pattern.ELEMWISE,
+        unary_infer("tanh", (FLOAT,)),
+        _tanh,
+        compute=_unary_compute(UNARY_COMPUTES["tanh"]),
+    )
+)
+register(
+    OpDef(
+        "sigmoid",
+        Pattern.ELEMWISE,
+        unary_infer("sigmoid", (FLOAT,)),
+        _sigmoid,
+        compute=_unary_compute(UNARY_COMPUTES["sigmoid"]),
+    )
+)
+register(
+    OpDef(
+        "relu",
+        Pattern.ELEMWISE,
+        unary_infer("relu", NUMERIC),
+        _relu,
+        compute=_unary_compute(UNARY_COMPUTES["relu"]),
+    )
+)
+register(
+    OpDef(
+        "erf",
+        Pattern.ELEMWISE,
+        unary_infer("erf", (FLOAT,)),
+        _erf_ref,
+        compute=_unary_compute(UNARY_COMPUTES["erf"]),
+    )
+)
+# attrs: alpha (float): slope for x < 0
+register(
+    OpDef(
+        "leaky_relu",
+        Pattern.ELEMWISE,
+        unary_infer("leaky_relu", (FLOAT,), ("alpha",)),
+        _leaky_relu,
+        compute=_unary_compute(UNARY_COMPUTES["leaky_relu"]),
+    )
+)
+# attrs: min, max (float; -inf / inf when the ONNX model leaves them out)
+register(
+    OpDef(
+        "clip",
+        Pattern.ELEMWISE,
+        unary_infer("clip", NUMERIC, ("min", "max")),
+        _clip,
+        compute=_unary_compute(UNARY_COMPUTES["clip"]),
+    )
+)
+# attrs: alpha, beta (float): max(0, min(1, alpha * x + beta))
+register(
+    OpDef(
+        "hard_sigmoid",
+        Pattern.ELEMWISE,
+        unary_infer("hard_sigmoid", (FLOAT,), ("alpha", "beta")),
+        _hard_sigmoid,
+        compute=_unary_compute(UNARY_COMPUTES["hard_sigmoid"]),
+    )
+)
+register(
+    OpDef(
+        "hard_swish",
+        Pattern.ELEMWISE,
+        unary_infer("hard_swish", (FLOAT,)),
+        _hard_swish,
+        compute=_unary_compute(UNARY_COMPUTES["hard_swish"]),
+    )
+)
+# attrs: approximate ("none" | "tanh")
+register(OpDef("gelu", Pattern.ELEMWISE, _gelu_infer, _gelu, compute=_unary_compute(UNARY_COMPUTES["gelu"])))
+# attrs: to (dtype name, e.g. "float32", "int64", "bool")
+register(OpDef("cast", Pattern.ELEMWISE, _cast_infer, _cast, compute=_cast_compute))

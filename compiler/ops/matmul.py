@@ -1,0 +1,126 @@
+"""matmul(a, b): numpy matmul for rank >= 2 operands, batch dimensions broadcast.
+
+The frontend reshapes 1-D ONNX operands to 2-D and back, and turns Gemm into matmul plus
+transposes and scaling, so this is the one dense anchor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.ir import TensorType
+from compiler.ops.common import NUMERIC, broadcast_shapes, expect_args, expect_dtype, expect_same_dtype, fail
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.target import Target
+from compiler.tir import compute as te
+from compiler.tir.ir import Layout, Load, walk_expr
+from compiler.tir.rules import KernelInfo, block_of, inline_injective, root_loops
+from compiler.tir.trace import Schedule
+
+
+def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("matmul", types, 2)
+    a, b = types
+    expect_same_dtype("matmul", types)
+    expect_dtype("matmul", a, NUMERIC)
+    if a.ndim < 2 or b.ndim < 2:
+        raise fail(f"matmul operands must have rank >= 2, got {list(a.shape)} and {list(b.shape)}")
+    if a.shape[-1] != b.shape[-2]:
+        raise fail(f"matmul inner dimensions differ: {list(a.shape)} @ {list(b.shape)}")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return TensorType((*batch, a.shape[-2], b.shape[-1]), a.dtype)
+
+
+def _reference(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.matmul(a[0], a[1])
+
+
+# ------------------------------------------------------------------ lowering: compute definitions
+def _matmul_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    a, b = inputs
+    nb = len(out.shape) - 2
+    k = te.reduce_axis(a.shape[-1], "k")
+
+    def body(*ix: Any) -> te.Reduce:
+        batch, i, j = ix[:nb], ix[nb], ix[nb + 1]
+        ai = [*te.broadcast_indices(out.shape[:nb], a.shape[:-2], batch), i, k.var]
+        bi = [*te.broadcast_indices(out.shape[:nb], b.shape[:-2], batch), k.var, j]
+        return te.reduce_sum(te.mul(a[ai], b[bi]), [k])
+
+    names = [f"b{d}" for d in range(nb)] + ["i", "j"]
+    return te.compute(out.shape, body, name, tag="anchor", axis_names=names, dtype=out.dtype)
+
+
+def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
+    """(row tile, column tile) of a register-blocked accumulator: column tile 1-2 vectors wide,
+    as many rows as the vector registers allow, both dividing the extents when possible."""
+    lanes = target.lanes()
+    regs = 32 if target.vector_bits >= 512 else 16
+    best = (1, min(cols, lanes))
+    best_score = -1.0
+    for nvec in (2, 1):
+        nt = nvec * lanes
+        if cols % nt and cols > nt:
+            continue
+        nt = min(nt, cols)
+        max_rows = max(1, (regs - nvec - 1) // nvec)
+        mt = max(d for d in range(1, min(rows, max_rows) + 1) if rows % d == 0)
+        score = mt * nt / lanes - (0.5 if nt < lanes else 0)
+        if score > best_score:
+            best, best_score = (mt, nt), score
+    return best
+
+
+def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
+    mm = info.anchor_block
+    assert mm is not None
+    inline_injective(sch, info)
+    blk = block_of(sch, mm)
+    out_buf = blk.body.buffer  # type: ignore[union-attr]
+    consumer = info.output_block
+    if consumer != mm:
+        sch.set_scope(out_buf.name, "local")
+    else:
+        consumer = sch.cache_write(mm)
+    loops = [f.var.name for f in root_loops(sch, mm)]
+    *batch, li, lj, lk = loops
+    M, N = blk.iter_vars[-3].extent, blk.iter_vars[-2].extent
+    lanes = info.target.lanes()
+    mt, nt = register_tile(info.target, M, N)
+    io, ii = sch.split(li, [None, mt])
+    jo, ji = sch.split(lj, [None, nt])
+    jvo, jv = sch.split(ji, [None, min(lanes, nt)])
+    sch.reorder(*batch, jo, io, lk, ii, jvo, jv)
+    outer = sch.fuse(*batch, jo, io)
+    sch.parallel(outer)
+    sch.unroll(ii)
+    sch.unroll(jvo)
+    sch.vectorize(jv)
+    # constant right-hand matrix: pack it into column panels of the tile width
+    for x in walk_expr(blk.body.value):  # type: ignore[union-attr]
+        if (
+            isinstance(x, Load)
+            and x.buffer.name in sch.const_params
+            and len(x.buffer.shape) == 2
+            and x.indices[-1] is blk.iter_vars[-2].var
+            and N % nt == 0
+        ):
+            sch.pack_layout(x.buffer.name, Layout(((1, nt),), (1, 0, 2)))
+            break
+    sch.reverse_compute_at(consumer, outer)
+    sch.decompose_reduction(mm, lk)
+    inner = [f for f in root_loops(sch, consumer)][-1]
+    if inner.extent % lanes == 0:
+        _, v = sch.split(inner.var.name, [None, lanes])
+        sch.vectorize(v)
+
+
+# matmul(a, b): no attributes
+register(
+    OpDef("matmul", Pattern.ANCHOR, _infer, _reference, compute=_matmul_compute, schedule=_matmul_schedule)
+)

@@ -1,0 +1,206 @@
+"""2-D pooling over NCHW: max_pool2d and avg_pool2d (ANCHOR: each accepts an elementwise epilogue).
+
+max_pool2d attrs: kernel, strides, pads (top, left, bottom, right), dilations, ceil_mode.
+avg_pool2d attrs: kernel, strides, pads, ceil_mode, count_include_pad.
+With ceil_mode a last partial window exists only if it starts inside the input or the left pad.
+Averages divide by the window clipped to the input (count_include_pad=0) or to the padded input
+(count_include_pad=1), as onnxruntime does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.ir import TensorType
+from compiler.ops.common import (
+    FLOAT,
+    expect_args,
+    expect_dtype,
+    fail,
+    int_attr,
+    ints_attr,
+    non_negative,
+    pool_out_size,
+    positive,
+)
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tir import compute as te
+from compiler.tir.ir import BinOp, Expr, FloatImm
+
+
+def _geometry(op: str, x: TensorType, attrs: dict[str, Any], dilated: bool) -> dict[str, Any]:
+    kernel = ints_attr(attrs, "kernel", 2)
+    strides = ints_attr(attrs, "strides", 2)
+    pads = ints_attr(attrs, "pads", 4)
+    dilations = ints_attr(attrs, "dilations", 2) if dilated else (1, 1)
+    ceil_mode = int_attr(attrs, "ceil_mode")
+    positive("kernel", kernel)
+    positive("strides", strides)
+    positive("dilations", dilations)
+    non_negative("pads", pads)
+    if x.ndim != 4:
+        raise fail(f"{op} needs a 4-D NCHW input, got {list(x.shape)}")
+    out = tuple(
+        pool_out_size(
+            x.shape[2 + i], kernel[i], strides[i], pads[i], pads[i + 2], dilations[i], bool(ceil_mode)
+        )
+        for i in range(2)
+    )
+    if min(out) < 1:
+        raise fail(f"{op} output would be empty for input {list(x.shape)}")
+    if any(pads[i] >= kernel[i] or pads[i + 2] >= kernel[i] for i in range(2)):
+        raise fail(f"{op} pads {list(pads)} must be smaller than the kernel {list(kernel)}")
+    return {"kernel": kernel, "strides": strides, "pads": pads, "dilations": dilations, "out": out}
+
+
+def _max_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("max_pool2d", types, 1)
+    expect_dtype("max_pool2d", types[0], (FLOAT,))
+    g = _geometry("max_pool2d", types[0], attrs, dilated=True)
+    return TensorType((*types[0].shape[:2], *g["out"]), types[0].dtype)
+
+
+def _avg_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("avg_pool2d", types, 1)
+    expect_dtype("avg_pool2d", types[0], (FLOAT,))
+    int_attr(attrs, "count_include_pad")
+    g = _geometry("avg_pool2d", types[0], attrs, dilated=False)
+    return TensorType((*types[0].shape[:2], *g["out"]), types[0].dtype)
+
+
+def _taps(x: np.ndarray, g: dict[str, Any], value: float) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Pad x so every window fits and return it with the (row, col) offsets of the kernel taps."""
+    (kh, kw), (sh, sw), (top, left, _, _), (dh, dw), (oh, ow) = (
+        g["kernel"],
+        g["strides"],
+        g["pads"],
+        g["dilations"],
+        g["out"],
+    )
+    h, w = x.shape[2:]
+    need_h = (oh - 1) * sh + (kh - 1) * dh + 1
+    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    width = [(0, 0), (0, 0), (top, max(need_h - top - h, 0)), (left, max(need_w - left - w, 0))]
+    xp = np.pad(x, width, constant_values=value)
+    return xp, [(i * dh, j * dw) for i in range(kh) for j in range(kw)]
+
+
+def _window(xp: np.ndarray, g: dict[str, Any], r: int, c: int) -> np.ndarray:
+    (sh, sw), (oh, ow) = g["strides"], g["out"]
+    return xp[:, :, r : r + (oh - 1) * sh + 1 : sh, c : c + (ow - 1) * sw + 1 : sw]
+
+
+def _max_pool(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = a[0]
+    g = _geometry("max_pool2d", TensorType(x.shape, str(x.dtype)), attrs, dilated=True)
+    xp, taps = _taps(x, g, -np.inf)
+    out = np.full((*x.shape[:2], *g["out"]), -np.inf, dtype=x.dtype)
+    for r, c in taps:
+        np.maximum(out, _window(xp, g, r, c), out=out)
+    return out
+
+
+def _counts(
+    size: int, kernel: int, stride: int, begin: int, end: int, out: int, include_pad: bool
+) -> np.ndarray:
+    """Per output position along one axis: how many taps the average divides by."""
+    lo, hi = (-begin, size + end) if include_pad else (0, size)
+    starts = np.arange(out) * stride - begin
+    return np.array([sum(lo <= s + k < hi for k in range(kernel)) for s in starts], dtype=np.float64)
+
+
+def _avg_pool(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = a[0]
+    g = _geometry("avg_pool2d", TensorType(x.shape, str(x.dtype)), attrs, dilated=False)
+    xp, taps = _taps(x, g, 0.0)
+    total = np.zeros((*x.shape[:2], *g["out"]), dtype=np.float64)
+    for r, c in taps:
+        total += _window(xp, g, r, c)
+    include = bool(attrs["count_include_pad"])
+    (kh, kw), (sh, sw), (top, left, bottom, right), (oh, ow) = g["kernel"], g["strides"], g["pads"], g["out"]
+    ch = _counts(x.shape[2], kh, sh, top, bottom, oh, include)
+    cw = _counts(x.shape[3], kw, sw, left, right, ow, include)
+    return (total / np.maximum(np.outer(ch, cw), 1.0)).astype(x.dtype)
+
+
+# ------------------------------------------------------------------ lowering: compute definitions
+def _window_index(x: te.Tensor, attrs: dict[str, Any], oh: Expr, ow: Expr, ry: Any, rx: Any):  # type: ignore[no-untyped-def]
+    sh, sw = attrs["strides"]
+    pt, pl = attrs["pads"][0], attrs["pads"][1]
+    dh, dw = attrs.get("dilations", (1, 1))
+    h = te.sub(te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh))), te.idx(pt))
+    w = te.sub(te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw))), te.idx(pl))
+    H, W = x.shape[2], x.shape[3]
+    cond = te.all_of(
+        [
+            BinOp(">=", h, te.idx(0)),
+            BinOp("<", h, te.idx(H)),
+            BinOp(">=", w, te.idx(0)),
+            BinOp("<", w, te.idx(W)),
+        ]
+    )
+    hc = te.minimum(te.maximum(h, te.idx(0)), te.idx(H - 1))
+    wc = te.minimum(te.maximum(w, te.idx(0)), te.idx(W - 1))
+    return cond, hc, wc
+
+
+def _max_pool_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    (x,) = inputs
+    kh, kw = attrs["kernel"]
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+
+    def body(n: Expr, c: Expr, oh: Expr, ow: Expr) -> te.Reduce:
+        cond, hc, wc = _window_index(x, attrs, oh, ow, ry, rx)
+        v = x[n, c, hc, wc]
+        return te.reduce_max(
+            te.select(cond, v, FloatImm(float("-inf"), x.dtype)) if cond is not None else v, [ry, rx]
+        )
+
+    return te.compute(out.shape, body, name, tag="anchor", axis_names=["n", "c", "oh", "ow"], dtype=out.dtype)
+
+
+def _avg_pool_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    (x,) = inputs
+    kh, kw = attrs["kernel"]
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    H, W = x.shape[2], x.shape[3]
+    include_pad = bool(attrs.get("count_include_pad", 0))
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+
+    def total(n: Expr, c: Expr, oh: Expr, ow: Expr) -> te.Reduce:
+        cond, hc, wc = _window_index(x, attrs, oh, ow, ry, rx)
+        v = x[n, c, hc, wc]
+        return te.reduce_sum(te.select(cond, v, FloatImm(0.0, x.dtype)) if cond is not None else v, [ry, rx])
+
+    s = te.compute(out.shape, total, f"{name}_sum", tag="reduce", axis_names=["n", "c", "oh", "ow"])
+
+    def count(o: Expr, stride: int, pad_before: int, k: int, size: int, pad_after: int) -> Expr:
+        start = te.sub(te.mul(o, te.idx(stride)), te.idx(pad_before))
+        if include_pad:
+            lo, hi = te.idx(-pad_before), te.idx(size + pad_after)
+        else:
+            lo, hi = te.idx(0), te.idx(size)
+        end = te.minimum(te.add(start, te.idx(k)), hi)
+        return te.sub(end, te.maximum(start, lo))
+
+    def body(n: Expr, c: Expr, oh: Expr, ow: Expr) -> Expr:
+        cnt = te.mul(count(oh, sh, pt, kh, H, pb), count(ow, sw, pl, kw, W, pr))
+        return te.div(s[n, c, oh, ow], te.cast(x.dtype, cnt))
+
+    return te.compute(
+        out.shape, body, name, tag="elemwise", axis_names=["n", "c", "oh", "ow"], dtype=out.dtype
+    )
+
+
+# max_pool2d(x), attrs: kernel, strides, pads, dilations, ceil_mode
+register(OpDef("max_pool2d", Pattern.ANCHOR, _max_infer, _max_pool, compute=_max_pool_compute))
+# avg_pool2d(x), attrs: kernel, strides, pads, ceil_mode, count_include_pad
+register(OpDef("avg_pool2d", Pattern.ANCHOR, _avg_infer, _avg_pool, compute=_avg_pool_compute))

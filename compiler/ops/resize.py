@@ -1,0 +1,189 @@
+"""resize(x): nearest / (n-)linear resampling to a static output shape.
+
+Attributes: mode (nearest | linear), coordinate_transformation_mode, nearest_mode, sizes (the full
+output shape) and scales (one float per axis: the scale the coordinate mapping divides by — the
+model's scales when it gave them, else output/input; they differ when in * scale is not whole).
+Coordinates are computed in float32 with onnxruntime's formulas so ties round the same way.
+Axes with scale 1 and unchanged length are copied, not interpolated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.ir import TensorType
+from compiler.ops.common import (
+    FLOAT,
+    NUMERIC,
+    expect_args,
+    expect_dtype,
+    fail,
+    floats_attr,
+    ints_attr,
+    str_attr,
+)
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tir import compute as te
+from compiler.tir.ir import Expr
+
+COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+)
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("resize", types, 1)
+    x = types[0]
+    mode = str_attr(attrs, "mode", ("nearest", "linear"))
+    expect_dtype("resize", x, (FLOAT,) if mode == "linear" else NUMERIC)
+    str_attr(attrs, "coordinate_transformation_mode", COORDINATE_MODES)
+    str_attr(attrs, "nearest_mode", NEAREST_MODES)
+    sizes = ints_attr(attrs, "sizes", x.ndim)
+    scales = floats_attr(attrs, "scales", x.ndim)
+    if any(s < 1 for s in sizes) or any(not s > 0 for s in scales):
+        raise fail(f"resize sizes {list(sizes)} and scales {list(scales)} must be positive")
+    return TensorType(sizes, x.dtype)
+
+
+def original_coordinates(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+    """Source coordinate (float32) of every output position along one axis."""
+    f = np.float32
+    x = np.arange(out_len, dtype=np.float32)
+    s = f(scale)
+    if mode == "asymmetric":
+        return x / s
+    if mode == "pytorch_half_pixel":
+        return (x + f(0.5)) / s - f(0.5) if out_len > 1 else np.zeros_like(x)
+    if mode == "tf_half_pixel_for_nn":
+        return (x + f(0.5)) / s
+    if mode == "align_corners":
+        if out_len == 1:
+            return np.zeros_like(x)
+        return x * f(in_len - 1) / f(out_len - 1)
+    if mode == "half_pixel_symmetric":
+        adjustment = f(out_len) / (s * f(in_len))
+        offset = f(in_len) / f(2) * (f(1) - adjustment)
+        return (offset + (x.astype(np.float64) + 0.5) / s - 0.5).astype(np.float32)
+    return (x + f(0.5)) / s - f(0.5)  # half_pixel
+
+
+def nearest_indices(coords: np.ndarray, nearest_mode: str, in_len: int) -> np.ndarray:
+    if nearest_mode == "floor":
+        idx = np.floor(coords)
+    elif nearest_mode == "ceil":
+        idx = np.ceil(coords)
+    else:
+        away = np.sign(coords) * np.floor(np.abs(coords) + np.float32(0.5))  # C round(): half away from 0
+        if nearest_mode == "round_prefer_floor":
+            tie = coords == np.trunc(coords) + np.float32(0.5)
+            idx = np.where(tie, np.floor(coords), away)
+        else:
+            idx = away
+    return np.clip(idx.astype(np.int64), 0, in_len - 1)
+
+
+def _resize(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = a[0]
+    out = x
+    for axis, (in_len, out_len, scale) in enumerate(
+        zip(x.shape, attrs["sizes"], attrs["scales"], strict=True)
+    ):
+        if in_len == out_len and scale == 1.0:
+            continue
+        coords = original_coordinates(attrs["coordinate_transformation_mode"], out_len, in_len, scale)
+        if attrs["mode"] == "nearest":
+            out = np.take(out, nearest_indices(coords, attrs["nearest_mode"], in_len), axis=axis)
+            continue
+        c = np.clip(coords, np.float32(0), np.float32(in_len - 1))
+        lo = np.minimum(c.astype(np.int64), in_len - 1)
+        hi = np.minimum(lo + 1, in_len - 1)
+        w_hi = (c - lo.astype(np.float32)).astype(np.float32)
+        view = [1] * x.ndim
+        view[axis] = out_len
+        w_hi = w_hi.reshape(view)
+        out = np.take(out, lo, axis=axis) * (np.float32(1) - w_hi) + np.take(out, hi, axis=axis) * w_hi
+    return np.ascontiguousarray(out.astype(x.dtype))
+
+
+# ------------------------------------------------------------------ lowering: compute definitions
+def _source_coord(o: Expr, in_size: int, out_size: int, scale: float, mode: str) -> Expr:
+    """Continuous input coordinate of output index o (float32), as onnxruntime computes it."""
+    of = te.cast("float32", o)
+    if mode == "half_pixel_symmetric":
+        adjustment = out_size / (scale * in_size)
+        offset = in_size / 2 * (1 - adjustment)
+        return te.add(te.f32(offset), te.sub(te.div(te.add(of, te.f32(0.5)), te.f32(scale)), te.f32(0.5)))
+    if mode == "asymmetric":
+        return te.div(of, te.f32(scale))
+    if mode == "align_corners":
+        return te.f32(0.0) if out_size == 1 else te.mul(of, te.f32((in_size - 1) / (out_size - 1)))
+    if mode == "tf_half_pixel_for_nn":
+        return te.div(te.add(of, te.f32(0.5)), te.f32(scale))
+    if mode == "pytorch_half_pixel" and out_size == 1:
+        return te.f32(0.0)
+    return te.sub(te.div(te.add(of, te.f32(0.5)), te.f32(scale)), te.f32(0.5))  # half_pixel
+
+
+def _nearest(c: Expr, mode: str) -> Expr:
+    if mode == "floor":
+        return te.call("floor", c)
+    if mode == "ceil":
+        return te.call("ceil", c)
+    if mode == "round_prefer_ceil":
+        return te.call("floor", te.add(c, te.f32(0.5)))
+    return te.call("ceil", te.sub(c, te.f32(0.5)))  # round_prefer_floor (ONNX default)
+
+
+def _resize_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    x = inputs[0]
+    mode = attrs.get("mode", "nearest")
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    nmode = attrs.get("nearest_mode", "round_prefer_floor")
+    scales = list(attrs.get("scales") or [o / i for o, i in zip(out.shape, x.shape, strict=True)])
+    resized = [a for a in range(x.ndim) if x.shape[a] != out.shape[a] or scales[a] != 1.0]
+
+    def body(*ix: Expr) -> Expr:
+        if mode == "nearest":
+            src = list(ix)
+            for a in resized:
+                c = _source_coord(ix[a], x.shape[a], out.shape[a], scales[a], ctm)
+                src[a] = te.clamp(te.cast("int64", _nearest(c, nmode)), x.shape[a] - 1)
+            return x[src]
+        # linear: n-linear interpolation over the resized axes
+        corners: list[tuple[list[Expr], Expr | None]] = [(list(ix), None)]
+        for a in resized:
+            c = _source_coord(ix[a], x.shape[a], out.shape[a], scales[a], ctm)
+            c = te.minimum(te.maximum(c, te.f32(0.0)), te.f32(float(x.shape[a] - 1)))
+            lo = te.cast("int64", te.call("floor", c))
+            hi = te.minimum(te.add(lo, te.idx(1)), te.idx(x.shape[a] - 1))
+            frac = te.sub(c, te.call("floor", c))
+            nxt = []
+            for src, w in corners:
+                for pos, wt in ((lo, te.sub(te.f32(1.0), frac)), (hi, frac)):
+                    s2 = list(src)
+                    s2[a] = pos
+                    nxt.append((s2, wt if w is None else te.mul(w, wt)))
+            corners = nxt
+        total: Expr | None = None
+        for src, w in corners:
+            term = x[src] if w is None else te.mul(x[src], w)
+            total = term if total is None else te.add(total, term)
+        assert total is not None
+        return total
+
+    return te.compute(out.shape, body, name, tag="injective", dtype=out.dtype)
+
+
+# resize(x), attrs: mode, coordinate_transformation_mode, nearest_mode, sizes, scales
+register(OpDef("resize", Pattern.INJECTIVE, _infer, _resize, compute=_resize_compute))

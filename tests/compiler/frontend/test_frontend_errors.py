@@ -1,0 +1,274 @@
+"""Frontend failures are typed, complete and name what is wrong; dynamic dims and folding work."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from compiler.errors import ModelError, ShapeError, UnsupportedOpError
+from compiler.frontend.onnx import load_onnx
+from compiler.graph.ir import Const, Var
+from tests.compiler.frontend.onnx_check import check_against_ort, make_model, single_op
+
+FLOAT = TensorProto.FLOAT
+
+
+def small_conv_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    model, _ = single_op(
+        "Conv",
+        {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)},
+        {"w": np.ones((4, 3, 3, 3), np.float32)},
+    )
+    return model
+
+
+# ---- malformed input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [b"", b"not an onnx model at all \xff\xfe", b"\x08\x07\x12"])
+def test_garbage_bytes_are_a_model_error(data: bytes) -> None:
+    with pytest.raises(ModelError):
+        load_onnx(data)
+
+
+def test_truncated_bytes_are_a_model_error() -> None:
+    data = small_conv_model().SerializeToString()
+    for cut in (1, 10, len(data) // 3, len(data) // 2, len(data) - 1):
+        with pytest.raises(ModelError):
+            load_onnx(data[:cut])
+
+
+def test_missing_file_is_a_model_error(tmp_path) -> None:
+    with pytest.raises(ModelError, match="cannot read"):
+        load_onnx(tmp_path / "nope.onnx")
+
+
+def test_loads_from_path_bytes_and_proto(tmp_path) -> None:
+    model = small_conv_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    for source in (path, str(path), model.SerializeToString(), model):
+        graph = load_onnx(source)
+        assert [c.op for c in graph.calls()] == ["conv2d"]
+
+
+def test_checker_failure_is_a_model_error() -> None:
+    model = small_conv_model()
+    model.graph.node[0].input[0] = "undefined_value"
+    with pytest.raises(ModelError, match="checker"):
+        load_onnx(model.SerializeToString())
+
+
+@pytest.mark.parametrize("opset", [11, 12, 22])
+def test_unsupported_opset_is_named(opset: int) -> None:
+    x = helper.make_tensor_value_info("x", FLOAT, [2])
+    y = helper.make_tensor_value_info("y", FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    with pytest.raises(ModelError, match=f"opset {opset}"):
+        load_onnx(model)
+
+
+# ---- unsupported nodes: one error listing all of them -----------------------------------------------
+
+
+def test_every_unsupported_node_is_listed_once() -> None:
+    nodes = [
+        helper.make_node("MyCustomOp", ["x"], ["a"], name="custom", domain="com.example"),
+        helper.make_node("Hardmax", ["a"], ["b"], name="hardmax"),
+        helper.make_node("Resize", ["b", "", "scales"], ["c"], name="resize_cubic", mode="cubic"),
+        helper.make_node("Cast", ["c"], ["d"], name="to_half", to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["d"], ["e"], to=TensorProto.FLOAT),
+        helper.make_node("MaxPool", ["e"], ["f", "idx"], name="pool", kernel_shape=[2, 2]),
+        helper.make_node("Relu", ["f"], ["y"], name="fine"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", FLOAT, [1, 1, 4, 4])]
+    outputs = [
+        helper.make_tensor_value_info("y", FLOAT, None),
+        helper.make_tensor_value_info("idx", TensorProto.INT64, None),
+    ]
+    scales = helper.make_tensor("scales", FLOAT, [4], [1, 1, 2, 2])
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [scales])
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+        ir_version=8,
+    )
+    for o in model.graph.output:  # the checker wants output shapes; their values do not matter here
+        o.type.tensor_type.shape.dim.add().dim_value = 1
+    with pytest.raises(UnsupportedOpError) as info:
+        load_onnx(model)
+    err = info.value
+    assert [n[0] for n in err.nodes] == ["custom", "hardmax", "resize_cubic", "to_half", "pool"]
+    assert err.nodes[0] == ("custom", "MyCustomOp", 1)
+    assert err.nodes[1] == ("hardmax", "Hardmax", 17)
+    text = str(err)
+    for fragment in ("com.example", "Hardmax", "cubic", "FLOAT16", "Indices", "Supported ONNX ops"):
+        assert fragment in text
+
+
+def test_unsupported_input_dtype_is_listed() -> None:
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (TensorProto.FLOAT16, [2])}, ["y"])
+    with pytest.raises(UnsupportedOpError, match="FLOAT16"):
+        load_onnx(model)
+
+
+def test_ops_outside_the_vocabulary_fold_on_constants() -> None:
+    # Range and Floor are not graph ops, but on constants they fold to a Reshape target.
+    nodes = [
+        helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+        helper.make_node("Floor", ["half"], ["h"]),
+        helper.make_node("Cast", ["h"], ["hi"], to=TensorProto.INT64),
+        helper.make_node("Concat", ["hi", "r"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape"),
+    ]
+    consts = {
+        "start": np.array(3, np.int64),
+        "limit": np.array(5, np.int64),
+        "delta": np.array(1, np.int64),
+        "half": np.array([2.5], np.float32),
+    }
+    model = make_model(nodes, {"x": (FLOAT, [2, 3, 4])}, ["y"], consts)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    graph = check_against_ort(model, {"x": x})
+    assert [(c.op, c.attr("shape")) for c in graph.calls()] == [("reshape", (2, 3, 4))]
+
+
+def test_shape_subgraph_folds_to_constants() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node(
+            "ConstantOfShape", ["s"], ["ones"], value=helper.make_tensor("v", FLOAT, [1], [1.0])
+        ),
+        helper.make_node("Mul", ["x", "ones"], ["scaled"]),
+        helper.make_node("Flatten", ["scaled"], ["y"]),
+        helper.make_node("Add", ["flat", "y"], ["z"]),
+    ]
+    consts = {
+        "zero": np.array(0, np.int64),
+        "axes": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64),
+    }
+    model = make_model(nodes, {"x": (FLOAT, ["N", 3, 4])}, ["z"], consts)
+    x = np.random.default_rng(0).standard_normal((5, 3, 4)).astype(np.float32)
+    graph = check_against_ort(model, {"x": x}, shapes={"x": [5, 3, 4]})
+    assert sorted(c.op for c in graph.calls()) == ["add", "mul", "reshape", "reshape"]
+
+
+def test_required_constant_input_that_is_not_constant() -> None:
+    model = make_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="the_reshape")],
+        {"x": (FLOAT, [2, 3]), "shape": (TensorProto.INT64, [2])},
+        ["y"],
+    )
+    with pytest.raises(ShapeError, match="the_reshape") as info:
+        load_onnx(model)
+    assert "compile time" in str(info.value)
+
+
+def test_shape_error_names_the_node() -> None:
+    model = make_model(
+        [helper.make_node("Add", ["a", "b"], ["y"], name="bad_add")],
+        {"a": (FLOAT, ["N"]), "b": (FLOAT, ["M"])},
+        ["y"],
+    )
+    with pytest.raises(ShapeError, match="bad_add") as info:
+        load_onnx(model, {"a": [3], "b": [4]})
+    assert info.value.node == "bad_add"
+
+
+# ---- dynamic dims -----------------------------------------------------------------------------------
+
+
+def dynamic_model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["y"]),
+        helper.make_node("Identity", ["ids"], ["ids_out"]),
+    ]
+    inputs = {
+        "x": (FLOAT, ["N", 3, "H", "W"]),
+        "bias": (FLOAT, [1, 3, 1, 1]),
+        "ids": (TensorProto.INT64, ["N", None]),
+    }
+    return make_model(nodes, inputs, ["y", "ids_out"])
+
+
+def test_unbound_dims_are_all_listed_in_one_error() -> None:
+    with pytest.raises(ShapeError) as info:
+        load_onnx(dynamic_model())
+    text = str(info.value)
+    for fragment in (
+        "'x' dim 0 'N'",
+        "'x' dim 2 'H'",
+        "'x' dim 3 'W'",
+        "'ids' dim 0 'N'",
+        "'ids' dim 1 '?'",
+        "--shape x=",
+    ):
+        assert fragment in text
+    assert "'bias'" not in text
+
+
+def test_bound_dims_run_like_onnxruntime() -> None:
+    rng = np.random.default_rng(0)
+    feeds = {
+        "x": rng.standard_normal((2, 3, 5, 7)).astype(np.float32),
+        "bias": rng.standard_normal((1, 3, 1, 1)).astype(np.float32),
+        "ids": np.arange(6, dtype=np.int64).reshape(2, 3),
+    }
+    graph = check_against_ort(dynamic_model(), feeds, shapes={"x": (2, 3, 5, 7), "ids": [2, 3]})
+    assert all(isinstance(v, Var) for v in graph.inputs)
+    assert graph.outputs[1] is graph.inputs[2]  # Identity passes the value through
+    assert graph.inputs[0].type.shape == (2, 3, 5, 7)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        ({"x": [2, 3, 5], "ids": [2, 3]}, "rank"),
+        ({"x": [2, 4, 5, 7], "ids": [2, 3]}, "dim 1 is 3"),
+        ({"x": [2, 3, 5, 7], "ids": [3, 3]}, "'N' is bound to 2"),
+        ({"x": [2, 3, 5, 7], "ids": [2, 3], "nope": [1]}, "unknown input"),
+        ({"x": [2, 3, 0, 7], "ids": [2, 3]}, "positive"),
+    ],
+)
+def test_bad_bindings_are_shape_errors(shapes: dict[str, list[int]], message: str) -> None:
+    with pytest.raises(ShapeError, match=message):
+        load_onnx(dynamic_model(), shapes)
+
+
+def test_graph_output_may_be_a_constant() -> None:
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(nodes, {"x": (FLOAT, [2, 3])}, ["s", "y"])
+    graph = check_against_ort(model, {"x": np.ones((2, 3), np.float32)})
+    assert isinstance(graph.outputs[0], Const)
+    assert graph.output_names == ("s", "y")
+
+
+def type_clash_model(extra: list[onnx.NodeProto]) -> onnx.ModelProto:
+    """Add(float, int64) passes the checker but fails strict ONNX type inference."""
+    nodes = [helper.make_node("Add", ["x", "i"], ["s"], name="clash"), *extra]
+    inputs = [
+        helper.make_tensor_value_info("x", FLOAT, [2]),
+        helper.make_tensor_value_info("i", TensorProto.INT64, [2]),
+    ]
+    out = extra[-1].output[0] if extra else "s"
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out, FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_type_errors_are_model_errors() -> None:
+    with pytest.raises(ModelError, match="shape inference"):
+        load_onnx(type_clash_model([]))
+
+
+def test_unsupported_nodes_are_reported_before_inference_errors() -> None:
+    with pytest.raises(UnsupportedOpError, match="Hardmax"):
+        load_onnx(type_clash_model([helper.make_node("Hardmax", ["s"], ["y"], name="hm")]))

@@ -1,0 +1,420 @@
+"""Every ONNX op the frontend converts, with its attributes, against onnxruntime (fp32, atol/rtol 1e-4).
+
+Each case builds a one-node model, loads it with temper, verifies the graph, runs the reference
+interpreter and compares with onnxruntime on the same seeded inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.compiler.frontend.onnx_check import check_against_ort, single_op
+
+F32 = np.float32
+I64 = np.int64
+_rng = np.random.default_rng(1234)
+
+
+def randn(*shape: int) -> np.ndarray:
+    return _rng.standard_normal(shape).astype(F32)
+
+
+def positive(*shape: int) -> np.ndarray:
+    return _rng.uniform(0.1, 3.0, shape).astype(F32)
+
+
+def ints(*values: int) -> np.ndarray:
+    return np.array(values, dtype=I64)
+
+
+def f(*values: float) -> np.ndarray:
+    return np.array(values, dtype=F32)
+
+
+Case = Callable[[], tuple[Any, dict[str, np.ndarray]]]
+CASES: dict[str, Case] = {}
+
+
+def case(name: str, op: str, inputs: dict[str, Any], consts: dict[str, Any] | None = None, **kw: Any) -> None:
+    """Register a single-op case; arrays are created lazily so ids stay cheap to collect."""
+    CASES[name] = lambda: single_op(op, {k: v() for k, v in inputs.items()}, consts, **kw)
+
+
+# ---- unary ------------------------------------------------------------------------------------------
+for onnx_op in ("Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Relu", "Erf", "HardSwish"):
+    case(onnx_op, onnx_op, {"x": lambda: randn(2, 3, 4) * 3})
+case("Log", "Log", {"x": lambda: positive(3, 4)})
+case("Sqrt", "Sqrt", {"x": lambda: positive(3, 4)})
+case("Reciprocal", "Reciprocal", {"x": lambda: positive(3, 4)})
+case("Sigmoid_large", "Sigmoid", {"x": lambda: f(-100.0, -20.0, 0.0, 20.0, 100.0)})
+case("LeakyRelu_default", "LeakyRelu", {"x": lambda: randn(4, 5)})
+case("LeakyRelu_alpha", "LeakyRelu", {"x": lambda: randn(4, 5)}, alpha=0.3)
+case("HardSigmoid", "HardSigmoid", {"x": lambda: randn(4, 5) * 4}, alpha=0.3, beta=0.4)
+case("Gelu_erf", "Gelu", {"x": lambda: randn(4, 5) * 3}, opset=20)
+case("Gelu_tanh", "Gelu", {"x": lambda: randn(4, 5) * 3}, opset=20, approximate="tanh")
+case("Clip", "Clip", {"x": lambda: randn(4, 5) * 3}, {"lo": f(-1.0).reshape(()), "hi": f(0.5).reshape(())})
+case("Clip_min_only", "Clip", {"x": lambda: randn(4, 5)}, {"lo": f(0.0).reshape(())}, input_order=["x", "lo"])
+case(
+    "Clip_max_only",
+    "Clip",
+    {"x": lambda: randn(4, 5)},
+    {"hi": f(0.2).reshape(())},
+    input_order=["x", "", "hi"],
+)
+case("Clip_none", "Clip", {"x": lambda: randn(4, 5)})
+case("Cast_f2i", "Cast", {"x": lambda: randn(4, 5) * 10}, to=7)
+case("Cast_i2f", "Cast", {"x": lambda: ints(1, -2, 3, 40)}, to=1)
+case("Cast_f2b", "Cast", {"x": lambda: f(0.0, 1.5, -2.0, 0.0)}, to=9)
+case("Cast_same", "Cast", {"x": lambda: randn(3)}, to=1)
+case("CastLike", "CastLike", {"x": lambda: ints(1, 2, 3), "like": lambda: randn(1)})
+
+# ---- binary / variadic / logical --------------------------------------------------------------------
+for onnx_op in ("Add", "Sub", "Mul", "Div", "Min", "Max"):
+    case(f"{onnx_op}_bcast", onnx_op, {"a": lambda: randn(2, 3, 4), "b": lambda: randn(3, 1) + 2})
+    case(f"{onnx_op}_bcast2", onnx_op, {"a": lambda: randn(1, 3, 1, 5), "b": lambda: randn(2, 1, 4, 1) + 2})
+case("Add_const", "Add", {"a": lambda: randn(2, 3)}, {"b": randn(3)})
+case("Pow", "Pow", {"a": lambda: positive(2, 3)}, {"b": f(2.5).reshape(())})
+case("Pow_square", "Pow", {"a": lambda: randn(2, 3)}, {"b": f(2.0).reshape(())})
+case("Pow_bcast", "Pow", {"a": lambda: positive(2, 3), "b": lambda: randn(3)})
+case("Pow_int_exponent", "Pow", {"a": lambda: randn(2, 3)}, {"b": ints(3).reshape(())})
+for onnx_op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+    case(onnx_op, onnx_op, {"a": lambda: np.round(randn(3, 4)), "b": lambda: np.round(randn(4))})
+case("Equal_int", "Equal", {"a": lambda: ints(1, 2, 3, 4)}, {"b": ints(1, 0, 3, 0)})
+case("Where", "Where", {"c": lambda: randn(3, 1) > 0, "a": lambda: randn(3, 4), "b": lambda: randn(4)})
+case("PRelu", "PRelu", {"x": lambda: randn(2, 3, 4, 4)}, {"slope": randn(3, 1, 1)})
+case("PRelu_scalar", "PRelu", {"x": lambda: randn(2, 3)}, {"slope": f(0.25)})
+case("Sum3", "Sum", {"a": lambda: randn(3, 4), "b": lambda: randn(4), "c": lambda: randn(1, 4)})
+case("Mean3", "Mean", {"a": lambda: randn(3, 4), "b": lambda: randn(4), "c": lambda: randn(1, 4)})
+case("Max1", "Max", {"a": lambda: randn(3, 4)})
+case("Min3", "Min", {"a": lambda: randn(3, 4), "b": lambda: randn(4), "c": lambda: randn(3, 1)})
+case("Not", "Not", {"a": lambda: randn(3, 4) > 0})
+for onnx_op in ("And", "Or", "Xor"):
+    case(onnx_op, onnx_op, {"a": lambda: randn(3, 4) > 0, "b": lambda: randn(4) > 0})
+
+# ---- convolution ------------------------------------------------------------------------------------
+X = {"x": lambda: randn(2, 4, 9, 9)}
+case("Conv_3x3_pad", "Conv", X, {"w": randn(6, 4, 3, 3)}, pads=[1, 1, 1, 1])
+case("Conv_bias", "Conv", X, {"w": randn(6, 4, 3, 3), "b": randn(6)}, strides=[2, 2])
+case(
+    "Conv_stride_dilation",
+    "Conv",
+    X,
+    {"w": randn(6, 4, 3, 3)},
+    strides=[2, 1],
+    dilations=[2, 3],
+    pads=[2, 1, 0, 3],
+)
+case("Conv_groups", "Conv", X, {"w": randn(6, 2, 3, 3)}, group=2, pads=[1, 1, 1, 1])
+case("Conv_depthwise", "Conv", X, {"w": randn(4, 1, 3, 3), "b": randn(4)}, group=4, pads=[1, 1, 1, 1])
+case("Conv_depthwise_mult", "Conv", X, {"w": randn(8, 1, 5, 5)}, group=4, strides=[2, 2], pads=[2, 2, 2, 2])
+case("Conv_same_upper", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_UPPER", strides=[2, 2])
+case("Conv_same_lower", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_LOWER", strides=[2, 2])
+case("Conv_valid", "Conv", X, {"w": randn(6, 4, 3, 2)}, auto_pad="VALID")
+case("Conv_1x1", "Conv", X, {"w": randn(6, 4, 1, 1)})
+case("Conv_runtime_weight", "Conv", {"x": lambda: randn(1, 4, 6, 6), "w": lambda: randn(3, 4, 3, 3)})
+case(
+    "Conv_1d",
+    "Conv",
+    {"x": lambda: randn(2, 4, 11)},
+    {"w": randn(5, 4, 3), "b": randn(5)},
+    pads=[1, 2],
+    strides=[2],
+)
+case(
+    "Conv_1d_same",
+    "Conv",
+    {"x": lambda: randn(1, 2, 10)},
+    {"w": randn(4, 1, 4)},
+    group=2,
+    auto_pad="SAME_UPPER",
+)
+XT = {"x": lambda: randn(2, 4, 5, 5)}
+case("ConvTranspose", "ConvTranspose", XT, {"w": randn(4, 3, 3, 3)}, strides=[2, 2])
+case(
+    "ConvTranspose_bias_pads",
+    "ConvTranspose",
+    XT,
+    {"w": randn(4, 3, 3, 3), "b": randn(3)},
+    strides=[2, 2],
+    pads=[1, 0, 1, 2],
+)
+case(
+    "ConvTranspose_output_padding",
+    "ConvTranspose",
+    XT,
+    {"w": randn(4, 3, 3, 3)},
+    strides=[3, 2],
+    output_padding=[2, 1],
+    pads=[1, 1, 1, 1],
+)
+case("ConvTranspose_groups", "ConvTranspose", XT, {"w": randn(4, 2, 3, 3)}, group=2, strides=[2, 2])
+case(
+    "ConvTranspose_dilation", "ConvTranspose", XT, {"w": randn(4, 3, 3, 2)}, dilations=[2, 3], strides=[1, 2]
+)
+case(
+    "ConvTranspose_output_shape",
+    "ConvTranspose",
+    XT,
+    {"w": randn(4, 3, 3, 3)},
+    strides=[2, 2],
+    output_shape=[10, 9],
+)
+case(
+    "ConvTranspose_same_upper",
+    "ConvTranspose",
+    XT,
+    {"w": randn(4, 3, 4, 4)},
+    strides=[2, 2],
+    auto_pad="SAME_UPPER",
+)
+case(
+    "ConvTranspose_same_lower",
+    "ConvTranspose",
+    XT,
+    {"w": randn(4, 3, 4, 4)},
+    strides=[2, 2],
+    auto_pad="SAME_LOWER",
+)
+case(
+    "ConvTranspose_1d",
+    "ConvTranspose",
+    {"x": lambda: randn(1, 4, 7)},
+    {"w": randn(4, 2, 3), "b": randn(2)},
+    strides=[2],
+    pads=[1, 0],
+)
+
+# ---- dense ------------------------------------------------------------------------------------------
+case("MatMul_2d", "MatMul", {"a": lambda: randn(5, 7)}, {"b": randn(7, 3)})
+case("MatMul_batched", "MatMul", {"a": lambda: randn(2, 1, 3, 4), "b": lambda: randn(5, 4, 6)})
+case("MatMul_3d_2d", "MatMul", {"a": lambda: randn(2, 3, 4)}, {"b": randn(4, 6)})
+case("MatMul_1d_2d", "MatMul", {"a": lambda: randn(4)}, {"b": randn(4, 6)})
+case("MatMul_2d_1d", "MatMul", {"a": lambda: randn(3, 4), "b": lambda: randn(4)})
+case("MatMul_1d_1d", "MatMul", {"a": lambda: randn(4), "b": lambda: randn(4)})
+case("MatMul_1d_3d", "MatMul", {"a": lambda: randn(4), "b": lambda: randn(2, 4, 3)})
+case("Gemm", "Gemm", {"a": lambda: randn(3, 5)}, {"b": randn(5, 4), "c": randn(4)})
+case(
+    "Gemm_trans_alpha_beta",
+    "Gemm",
+    {"a": lambda: randn(5, 3)},
+    {"b": randn(4, 5), "c": randn(3, 1)},
+    transA=1,
+    transB=1,
+    alpha=0.5,
+    beta=2.0,
+)
+case("Gemm_no_c", "Gemm", {"a": lambda: randn(3, 5), "b": lambda: randn(5, 2)})
+case(
+    "Gemm_runtime_c_scalar",
+    "Gemm",
+    {"a": lambda: randn(3, 5), "b": lambda: randn(5, 2), "c": lambda: f(1.5)},
+    beta=0.5,
+)
+
+# ---- pooling ----------------------------------------------------------------------------------------
+P = {"x": lambda: randn(2, 3, 10, 9)}
+case("MaxPool", "MaxPool", P, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+case("MaxPool_ceil", "MaxPool", P, kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+case("MaxPool_dilation", "MaxPool", P, kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 0, 1, 2])
+case("MaxPool_same_upper", "MaxPool", P, kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER")
+case("MaxPool_same_lower", "MaxPool", P, kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_LOWER")
+case("MaxPool_1d", "MaxPool", {"x": lambda: randn(2, 3, 11)}, kernel_shape=[3], strides=[2], pads=[1, 1])
+for cip in (0, 1):
+    case(
+        f"AveragePool_pads_cip{cip}",
+        "AveragePool",
+        P,
+        kernel_shape=[3, 3],
+        pads=[1, 1, 1, 1],
+        count_include_pad=cip,
+    )
+    case(
+        f"AveragePool_ceil_cip{cip}",
+        "AveragePool",
+        P,
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1, 0, 1, 1],
+        ceil_mode=1,
+        count_include_pad=cip,
+    )
+case("AveragePool_same_lower", "AveragePool", P, kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_LOWER")
+case(
+    "AveragePool_1d", "AveragePool", {"x": lambda: randn(1, 2, 9)}, kernel_shape=[4], strides=[3], ceil_mode=1
+)
+case("GlobalAveragePool", "GlobalAveragePool", P)
+case("GlobalMaxPool", "GlobalMaxPool", P)
+
+# ---- normalisation, softmax -------------------------------------------------------------------------
+case(
+    "BatchNormalization",
+    "BatchNormalization",
+    {"x": lambda: randn(2, 3, 4, 5)},
+    {"s": randn(3), "b": randn(3), "m": randn(3), "v": positive(3)},
+    epsilon=1e-3,
+)
+case(
+    "BatchNormalization_2d",
+    "BatchNormalization",
+    {"x": lambda: randn(4, 3)},
+    {"s": randn(3), "b": randn(3), "m": randn(3), "v": positive(3)},
+)
+case(
+    "LayerNormalization", "LayerNormalization", {"x": lambda: randn(2, 5, 8)}, {"s": randn(8), "b": randn(8)}
+)
+case(
+    "LayerNormalization_axis1",
+    "LayerNormalization",
+    {"x": lambda: randn(2, 3, 4)},
+    {"s": randn(3, 4)},
+    axis=1,
+    epsilon=1e-3,
+)
+case("Softmax", "Softmax", {"x": lambda: randn(3, 4, 5) * 4})
+case("Softmax_axis1", "Softmax", {"x": lambda: randn(3, 4, 5)}, axis=1)
+case("LogSoftmax", "LogSoftmax", {"x": lambda: randn(3, 7) * 4}, axis=0)
+
+# ---- reductions -------------------------------------------------------------------------------------
+R = {"x": lambda: randn(2, 3, 4)}
+case("ReduceSum", "ReduceSum", R, {"axes": ints(1)}, keepdims=0)
+case("ReduceSum_all", "ReduceSum", R)
+case("ReduceSum_noop", "ReduceSum", R, noop_with_empty_axes=1)
+case("ReduceMean_attr", "ReduceMean", R, axes=[-1, 0])
+case("ReduceMean_input", "ReduceMean", R, {"axes": ints(-2)}, opset=18)
+case("ReduceMax", "ReduceMax", R, axes=[2], keepdims=0)
+case("ReduceMin", "ReduceMin", R, axes=[1])
+case("ReduceL2", "ReduceL2", R, axes=[0, 2])
+case("ReduceL1", "ReduceL1", R, axes=[0, 2])
+case("ReduceSumSquare", "ReduceSumSquare", R, keepdims=0)
+
+# ---- data movement ----------------------------------------------------------------------------------
+T = {"x": lambda: randn(2, 3, 4)}
+case("Reshape", "Reshape", T, {"s": ints(0, -1, 2)})
+case("Reshape_runtime_int", "Reshape", {"x": lambda: ints(1, 2, 3, 4, 5, 6)}, {"s": ints(3, 2)})
+case("Flatten", "Flatten", T)
+case("Flatten_axis0", "Flatten", T, axis=0)
+case("Flatten_neg", "Flatten", T, axis=-1)
+case("Squeeze", "Squeeze", {"x": lambda: randn(1, 3, 1, 2)}, {"axes": ints(-2)})
+case("Squeeze_all", "Squeeze", {"x": lambda: randn(1, 3, 1, 2)})
+case("Unsqueeze", "Unsqueeze", T, {"axes": ints(0, -1)})
+case("Transpose_default", "Transpose", T)
+case("Transpose_perm", "Transpose", T, perm=[1, 2, 0])
+case("DepthToSpace_DCR", "DepthToSpace", {"x": lambda: randn(1, 8, 2, 3)}, blocksize=2)
+case("DepthToSpace_CRD", "DepthToSpace", {"x": lambda: randn(1, 8, 2, 3)}, blocksize=2, mode="CRD")
+case("SpaceToDepth", "SpaceToDepth", {"x": lambda: randn(1, 2, 4, 6)}, blocksize=2)
+case("Concat", "Concat", {"a": lambda: randn(2, 3), "b": lambda: randn(2, 1)}, {"c": randn(2, 2)}, axis=-1)
+case("Slice", "Slice", T, {"st": ints(0, 1), "en": ints(2, 100), "ax": ints(0, 2)})
+case(
+    "Slice_negative",
+    "Slice",
+    T,
+    {"st": ints(-1, 3), "en": ints(-100, 0), "ax": ints(2, 1), "sp": ints(-2, -1)},
+)
+case(
+    "Slice_steps",
+    "Slice",
+    {"x": lambda: randn(10, 4)},
+    {"st": ints(1), "en": ints(-1), "ax": ints(0), "sp": ints(3)},
+)
+case("Slice_empty", "Slice", T, {"st": ints(3), "en": ints(1), "ax": ints(2)})
+case("Split_equal", "Split", {"x": lambda: randn(6, 4)}, n_outputs=3)
+case("Split_sizes", "Split", {"x": lambda: randn(2, 7)}, {"sp": ints(2, 5)}, n_outputs=2, axis=-1)
+case("Split_num_outputs", "Split", {"x": lambda: randn(7, 2)}, n_outputs=3, opset=18, num_outputs=3)
+case("Gather_const", "Gather", {"x": lambda: randn(5, 3)}, {"i": ints(0, -1, 2, -5)})
+case("Gather_scalar_axis1", "Gather", {"x": lambda: randn(2, 5, 3)}, {"i": ints(-2).reshape(())}, axis=1)
+case("Gather_runtime", "Gather", {"x": lambda: randn(6, 4), "i": lambda: np.array([[0, 5], [-1, 2]], I64)})
+case("Expand", "Expand", {"x": lambda: randn(3, 1)}, {"s": ints(2, 1, 4)})
+case("Expand_bidirectional", "Expand", {"x": lambda: randn(2, 1, 5)}, {"s": ints(3, 1)})
+case("Tile", "Tile", {"x": lambda: randn(2, 3)}, {"r": ints(2, 3)})
+case("Pad_constant", "Pad", T, {"p": ints(0, 1, 2, 1, 0, 3), "v": f(1.5).reshape(())})
+case("Pad_reflect", "Pad", T, {"p": ints(0, 2, 1, 0, 1, 3)}, mode="reflect")
+case("Pad_edge", "Pad", T, {"p": ints(1, 0, 2, 0, 3, 1)}, mode="edge")
+case("Pad_negative", "Pad", T, {"p": ints(0, -1, 2, 0, 1, -1)})
+case("Pad_axes", "Pad", T, {"p": ints(1, 2), "v": f(0.0).reshape(()), "ax": ints(-1)}, opset=18)
+case("Identity", "Identity", T)
+case("Dropout", "Dropout", T, {"r": f(0.5).reshape(())})
+case("Shape", "Shape", T)
+case("Shape_slice", "Shape", T, start=1, end=-1, opset=15)
+case("Size", "Size", T)
+
+# ---- resize -----------------------------------------------------------------------------------------
+RX = {"x": lambda: randn(1, 2, 5, 6)}
+E = f()
+for coord in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"):
+    for nearest in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        case(
+            f"Resize_nearest_{coord}_{nearest}_up",
+            "Resize",
+            RX,
+            {"roi": E, "sc": f(1, 1, 2.0, 1.5)},
+            coordinate_transformation_mode=coord,
+            nearest_mode=nearest,
+        )
+    case(
+        f"Resize_nearest_{coord}_down",
+        "Resize",
+        RX,
+        {"roi": E, "sc": E, "sz": ints(1, 2, 3, 4)},
+        coordinate_transformation_mode=coord,
+        nearest_mode="round_prefer_ceil",
+    )
+for coord in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"):
+    case(
+        f"Resize_linear_{coord}_up",
+        "Resize",
+        RX,
+        {"roi": E, "sc": f(1, 1, 2.0, 1.7)},
+        mode="linear",
+        coordinate_transformation_mode=coord,
+    )
+    case(
+        f"Resize_linear_{coord}_down",
+        "Resize",
+        RX,
+        {"roi": E, "sc": E, "sz": ints(1, 2, 3, 1)},
+        mode="linear",
+        coordinate_transformation_mode=coord,
+    )
+case(
+    "Resize_linear_symmetric",
+    "Resize",
+    RX,
+    {"roi": E, "sc": f(1, 1, 0.6, 1.4)},
+    mode="linear",
+    opset=19,
+    coordinate_transformation_mode="half_pixel_symmetric",
+)
+case("Resize_axes", "Resize", RX, {"roi": E, "sc": f(3.0, 0.5)}, opset=18, axes=[2, 3])
+case("Resize_sizes_only", "Resize", RX, {"sz": ints(1, 2, 7, 3)}, input_order=["x", "", "", "sz"])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_matches_onnxruntime(name: str) -> None:
+    model, feeds = CASES[name]()
+    check_against_ort(model, feeds)
+
+
+def test_call_names_carry_the_onnx_node_name() -> None:
+    model, feeds = single_op("Conv", {"x": randn(1, 2, 5, 5)}, {"w": randn(3, 2, 3, 3), "b": randn(3)})
+    graph = check_against_ort(model, feeds)
+    assert {c.name for c in graph.calls()} == {"node"}
+    assert [c.op for c in graph.calls()] == ["conv2d", "add"]
+
+
+def test_random_slices_match_onnxruntime() -> None:
+    """ONNX clamps a negative-step start to [0, dim - 1] (numpy would select nothing): follow onnxruntime."""
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        dims = [int(d) for d in rng.integers(1, 6, 2)]
+        axis = int(rng.integers(-2, 2))
+        start, end = (int(v) for v in rng.integers(-8, 9, 2))
+        step = int(rng.choice([-3, -2, -1, 1, 2, 3]))
+        if rng.random() < 0.2:
+            end = -(2**62) if step < 0 else 2**62
+        consts = {"s": ints(start), "e": ints(end), "a": ints(axis), "p": ints(step)}
+        model, feeds = single_op("Slice", {"x": randn(*dims)}, consts)
+        check_against_ort(model, feeds)

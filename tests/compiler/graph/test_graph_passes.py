@@ -1,0 +1,249 @@
+"""Each graph pass: its effect, the verifier after it, and unchanged numerics."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from compiler.frontend.onnx import load_onnx
+from compiler.graph.interpret import run_graph
+from compiler.graph.ir import Const, Graph, Var
+from compiler.graph.passes import (
+    PASSES_BY_LEVEL,
+    common_subexpression_elimination,
+    dead_code_elimination,
+    fold_batch_norm,
+    fold_constants,
+    run_passes,
+    simplify,
+)
+from compiler.graph.verify import verify_graph
+from tests.compiler.graph.graph_builders import CONV, call, const, feeds, graph, var
+from tests.models import builders
+
+
+def check_pass(before: Graph, after: Graph, atol: float = 1e-5) -> None:
+    """The pass output verifies and computes what its input computed."""
+    verify_graph(after)
+    x = feeds(before)
+    want, got = run_graph(before, x), run_graph(after, x)
+    for name in before.output_names:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=atol)
+
+
+def ops(g: Graph) -> list[str]:
+    return [c.op for c in g.calls()]
+
+
+def bn_params(c: int, name: str = "bn") -> list[Const]:
+    rng = np.random.default_rng(len(name))
+    arrays = [rng.standard_normal(c), rng.standard_normal(c), rng.standard_normal(c), rng.uniform(0.5, 2, c)]
+    return [Const(f"{name}.{k}", a.astype(np.float32)) for k, a in zip("sbmv", arrays, strict=True)]
+
+
+def bn(x, name: str = "bn"):
+    return call("batch_norm", x, *bn_params(x.type.shape[1], name), epsilon=1e-5, name=name)
+
+
+# ---- fold_constants ---------------------------------------------------------------------------------
+
+
+def test_fold_constants_folds_constant_subgraphs_only() -> None:
+    x = var("x", 2, 4)
+    w = const("w", 3, 4)
+    wt = call("transpose", w, perm=(1, 0))
+    scaled = call("mul", wt, const("two", value=2.0))
+    g = graph([x], call("relu", call("matmul", x, scaled)))
+    folded = fold_constants(g)
+    assert ops(folded) == ["matmul", "relu"]
+    weight = folded.calls()[0].args[1]
+    assert isinstance(weight, Const) and weight.name == "w" and weight.type.shape == (4, 3)
+    check_pass(g, folded)
+
+
+# ---- simplify ---------------------------------------------------------------------------------------
+
+
+def test_simplify_removes_no_ops_and_merges_chains() -> None:
+    x = var("x", 2, 3, 4)
+    a = call("reshape", x, shape=(2, 3, 4))
+    b = call("transpose", a, perm=(0, 1, 2))
+    c = call("add", b, const("zero", 4, value=0.0))
+    d = call("mul", const("one", value=1.0), c)
+    e = call("div", d, const("one_b", 1, value=1.0))
+    f = call("reshape", call("reshape", e, shape=(6, 4)), shape=(24,))
+    t = call("transpose", call("transpose", x, perm=(2, 0, 1)), perm=(1, 2, 0))
+    u = call("transpose", call("transpose", x, perm=(2, 0, 1)), perm=(2, 1, 0))
+    s = call("slice", x, starts=(0, 0, 0), ends=(2, 3, 4), axes=(0, 1, 2), steps=(1, 1, 1))
+    p = call("pad", s, pads=(0, 0, 0, 0, 0, 0), mode="constant", value=0.0)
+    g = graph([x], f, t, u, p)
+    out = simplify(g)
+    assert ops(out) == ["reshape", "transpose"]
+    assert out.calls()[0].args[0] is x and out.calls()[0].attr("shape") == (24,)
+    assert out.outputs[1] is x and out.outputs[3] is x
+    assert out.outputs[2].attr("perm") == (1, 0, 2)
+    check_pass(g, out)
+
+
+def test_simplify_keeps_broadcasting_neutral_ops_and_real_work() -> None:
+    x = var("x", 3)
+    widened = call("add", x, const("zeros", 2, 3, value=0.0))  # changes the shape: must stay
+    flipped = call("slice", x, starts=(2,), ends=(-1,), axes=(0,), steps=(-1,))  # same shape, reversed
+    g = graph([x], widened, flipped)
+    out = simplify(g)
+    assert ops(out) == ["add", "slice"]
+    check_pass(g, out)
+
+
+# ---- fold_batch_norm --------------------------------------------------------------------------------
+
+
+def test_bn_after_conv_scales_the_weight() -> None:
+    x = var("x", 1, 3, 6, 6)
+    conv = call("conv2d", x, const("w", 4, 3, 3, 3), **CONV)
+    g = graph([x], call("relu", bn(conv)))
+    out = fold_batch_norm(g)
+    assert ops(out) == ["conv2d", "add", "relu"]
+    check_pass(g, out, atol=1e-4)
+
+
+def test_bn_after_conv_and_bias_folds_into_the_bias() -> None:
+    x = var("x", 1, 3, 6, 6)
+    conv = call("conv2d", x, const("w", 4, 3, 3, 3), **CONV)
+    biased = call("add", conv, const("b", 1, 4, 1, 1))
+    g = graph([x], bn(biased))
+    out = fold_batch_norm(g)
+    assert ops(out) == ["conv2d", "add"]
+    check_pass(g, out, atol=1e-4)
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_bn_after_conv_transpose(groups: int) -> None:
+    x = var("x", 1, 4, 5, 5)
+    w = const("w", 4, 3, 3, 3)
+    attrs = {
+        "strides": (2, 2),
+        "pads": (1, 1, 1, 1),
+        "dilations": (1, 1),
+        "groups": groups,
+        "output_padding": (1, 1),
+    }
+    g = graph([x], bn(call("conv_transpose2d", x, w, **attrs)))
+    out = fold_batch_norm(g)
+    assert ops(out) == ["conv_transpose2d", "add"]
+    check_pass(g, out, atol=1e-4)
+
+
+def test_bn_after_dense_with_bias() -> None:
+    x = var("x", 5, 8)
+    dense = call("add", call("matmul", x, const("w", 8, 6)), const("b", 6))
+    g = graph([x], bn(dense))
+    out = fold_batch_norm(g)
+    assert ops(out) == ["matmul", "add"]
+    check_pass(g, out, atol=1e-4)
+
+
+def test_bn_is_standalone_when_the_conv_has_other_users() -> None:
+    x = var("x", 1, 3, 6, 6)
+    conv = call("conv2d", x, const("w", 4, 3, 3, 3), **CONV)
+    g = graph([x], bn(conv), call("relu", conv))
+    out = fold_batch_norm(g)
+    assert Counter(ops(out)) == Counter(["conv2d", "mul", "add", "relu"])
+    assert out.calls()[0].args[1].name == "w" and out.calls()[0].args[1] is conv.args[1]
+    check_pass(g, out, atol=1e-4)
+
+
+def test_standalone_bn_on_an_input_and_runtime_statistics() -> None:
+    x = var("x", 2, 3, 4)
+    mean = var("mean", 3)
+    params = bn_params(3)
+    dynamic = call("batch_norm", x, params[0], params[1], mean, params[3], epsilon=1e-3)
+    g = Graph((x, mean), (bn(x), dynamic), ("a", "b"))
+    out = fold_batch_norm(g)
+    assert Counter(ops(out)) == Counter(["mul", "add", "batch_norm"])
+    check_pass(g, out, atol=1e-4)
+
+
+# ---- eliminate --------------------------------------------------------------------------------------
+
+
+def test_cse_merges_equal_calls_and_constants() -> None:
+    x = var("x", 4)
+    c1, c2 = Const("c1", np.arange(4, dtype=np.float32)), Const("c2", np.arange(4, dtype=np.float32))
+    a = call("mul", x, c1)
+    b = call("mul", x, c2)  # same op, merged args, same attrs: one call
+    e1 = call("leaky_relu", a, alpha=0.1)
+    e2 = call("leaky_relu", b, alpha=0.2)  # different attrs: kept
+    g = graph([x], call("add", e1, call("leaky_relu", b, alpha=0.1)), e2)
+    out = common_subexpression_elimination(g)
+    assert Counter(ops(out)) == Counter(["mul", "leaky_relu", "leaky_relu", "add"])
+    add = out.outputs[0]
+    assert add.args[0] is add.args[1]
+    check_pass(g, out)
+
+
+def test_cse_keeps_constants_of_other_dtypes_apart() -> None:
+    x = var("x", 2, dtype="int64")
+    g = graph(
+        [x],
+        call("add", x, Const("a", np.zeros(2, np.int64))),
+        call("cast", Const("b", np.zeros(2, np.int32)), to="int64"),
+    )
+    out = common_subexpression_elimination(g)
+    assert len([n for n in out.nodes() if isinstance(n, Const)]) == 2
+
+
+def test_dead_code_elimination_keeps_what_outputs_need() -> None:
+    x = var("x", 3)
+    g = graph([x], call("relu", x))
+    out = dead_code_elimination(g)
+    assert ops(out) == ["relu"] and out.inputs == g.inputs
+    check_pass(g, out)
+
+
+# ---- levels -----------------------------------------------------------------------------------------
+
+
+def test_levels_list_their_passes_and_end_with_a_partition() -> None:
+    assert [n for n, _ in PASSES_BY_LEVEL[0]] == ["one_kernel_per_op"]
+    assert [n for n, _ in PASSES_BY_LEVEL[3]][-1] == "fuse_ops"
+    for level, passes in PASSES_BY_LEVEL.items():
+        names = [n for n, _ in passes]
+        assert len(names) == len(set(names)), level
+    with pytest.raises(ValueError, match="opt level"):
+        run_passes(graph([var("x", 1)], var("x", 1)), 7)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_every_level_preserves_numerics_on_resnet(level: int) -> None:
+    g = load_onnx(builders.resnet18(image=32, classes=10), {"input": [1, 3, 32, 32]})
+    seen: list[str] = []
+
+    def after_each(name: str, out: Graph) -> None:
+        verify_graph(out)
+        seen.append(name)
+
+    fused, ran = run_passes(g, level, on_pass=after_each)
+    assert ran == seen == [n for n, _ in PASSES_BY_LEVEL[level]]
+    assert all(c.op == "fused" for c in fused.calls())
+    check_pass(g, fused, atol=1e-4)
+    if level >= 2:
+        assert "batch_norm" not in {op for c in fused.calls() for op in c.attr("group").ops}
+
+
+def test_level_3_on_bert_fuses_and_matches() -> None:
+    g = load_onnx(builders.bert_layer(seq=8, hidden=32, heads=2, ffn=64))
+    fused, _ = run_passes(g, 3)
+    check_pass(g, fused, atol=1e-4)
+    unfused, _ = run_passes(g, 2)
+    assert len(fused.calls()) < len(unfused.calls())
+
+
+def test_inputs_are_never_rewritten() -> None:
+    x = var("x", 2)
+    g = graph([x], call("relu", x))
+    for _, fn in PASSES_BY_LEVEL[3]:
+        out = fn(g)
+        assert out.inputs == g.inputs and all(isinstance(v, Var) for v in out.inputs)
