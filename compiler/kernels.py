@@ -177,19 +177,20 @@ def lower_group(group: Any, kernel_name: str, target: Target, const_params: froz
     )
 
 
-def default_schedule(w: Workload) -> Schedule:
-    """The op family's default schedule for this target; the generic one if it does not apply."""
+def default_schedule(w: Workload) -> tuple[Schedule, str]:
+    """The op family's default schedule for this target, or the generic one when the family has
+    none or it does not apply to this kernel. Returns the schedule and the rule's name."""
     opdef = registry.get(w.anchor_op) if w.anchor_op else None
     if opdef is not None and opdef.schedule is not None and w.info.anchor_block is not None:
         sch = Schedule(w.func, w.const_params)
         try:
             opdef.schedule(sch, w.info)
-            return sch
+            return sch, opdef.name
         except ScheduleError:
             pass
     sch = Schedule(w.func, w.const_params)
     generic_schedule(sch, w.info)
-    return sch
+    return sch, "generic"
 
 
 def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -> Kernel:
@@ -200,10 +201,10 @@ def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -
         except ScheduleError as e:
             if choice.provenance.get("source") == "override":
                 raise ScheduleError(f"override schedule for kernel {name} does not apply: {e}") from e
-            sch = default_schedule(w)
-            provenance = {"source": "default", "note": f"tuned record did not apply: {e}"}
+            sch, rule = default_schedule(w)
+            provenance = {"source": "default", "rule": rule, "note": f"tuned record did not apply: {e}"}
     else:
-        sch = default_schedule(w)
-        provenance = {"source": "default"}
+        sch, rule = default_schedule(w)
+        provenance = {"source": "default", "rule": rule}
     flat = flatten(sch.func)
     return Kernel(name, _sym(name), w, sch.func, flat, sch.trace, provenance)

@@ -1,0 +1,112 @@
+"""Property-style checks of compiled kernels: random shapes and attributes vs onnxruntime.
+
+Each case draws its shapes/attributes from a seeded generator (the seed is the test id), builds a
+one-node ONNX model (weights as initializers, so constant packing is exercised), compiles it at
+opt levels 3 and 0 and compares with onnxruntime at atol/rtol 1e-4 (fp32; conv/matmul sums of up
+to a few hundred products of O(1) values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.compiler.frontend.onnx_check import run_ort, single_op
+from tests.compiler.test_compiled_ops import compile_and_run
+
+
+def _check(model, feeds, tmp_path, opt_level: int) -> None:  # type: ignore[no-untyped-def]
+    want = run_ort(model, feeds)
+    got = compile_and_run(model, feeds, tmp_path, opt_level)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, atol=1e-4, rtol=1e-4, err_msg=k)
+
+
+def _randn(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    groups = int(rng.choice([1, 1, 2, 4]))
+    depthwise = seed % 4 == 3
+    cin = int(rng.integers(1, 5)) * groups
+    cout = int(rng.choice([groups, 2 * groups, 8 * groups, 16]))
+    if depthwise:
+        groups = cin = cout = int(rng.integers(2, 20))
+    if cout % groups:
+        cout = groups * 2
+    k = int(rng.choice([1, 3, 5]))
+    stride, dil = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    pad = int(rng.integers(0, k))
+    h, w = int(rng.integers(k * dil, 20)), int(rng.integers(k * dil, 20))
+    batch = int(rng.integers(1, 3))
+    x = _randn(rng, batch, cin, h, w)
+    wt = _randn(rng, cout, cin // groups, k, k)
+    bias = _randn(rng, cout)
+    model, feeds = single_op("Conv", {"x": x}, {"w": wt, "b": bias}, strides=[stride, stride],
+                             pads=[pad] * 4, dilations=[dil, dil], group=groups)
+    _check(model, feeds, tmp_path, opt_level=3 if seed % 3 else 0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_matmul(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(100 + seed)
+    m, k, n = (int(rng.integers(1, 70)) for _ in range(3))
+    batch_a = [int(rng.integers(1, 4))] if seed % 3 == 1 else []
+    batch_b = [int(rng.choice([1, batch_a[0]]))] if batch_a and seed % 2 else []
+    a = _randn(rng, *batch_a, m, k)
+    b = _randn(rng, *batch_b, k, n)
+    if seed % 2:  # constant right-hand side (packed at compile time)
+        model, feeds = single_op("MatMul", {"a": a}, {"b": b})
+    else:
+        model, feeds = single_op("MatMul", {"a": a, "b": b})
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_pooling(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(200 + seed)
+    k = int(rng.integers(1, 4))
+    stride = int(rng.integers(1, 3))
+    pad = int(rng.integers(0, k))
+    x = _randn(rng, 1, int(rng.integers(1, 6)), int(rng.integers(k, 16)), int(rng.integers(k, 16)))
+    op = "MaxPool" if seed % 2 else "AveragePool"
+    extra = {"count_include_pad": int(seed % 4 == 0)} if op == "AveragePool" else {}
+    model, feeds = single_op(op, {"x": x}, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                             ceil_mode=int(seed % 3 == 0), **extra)
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_softmax_and_reductions(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(300 + seed)
+    rank = int(rng.integers(2, 5))
+    x = _randn(rng, *(int(rng.integers(1, 9)) for _ in range(rank))) * 3
+    axis = int(rng.integers(-rank, rank))
+    kind = ["Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceMax"][seed % 5]
+    if kind in ("Softmax", "LogSoftmax"):
+        model, feeds = single_op(kind, {"x": x}, axis=axis)
+    else:
+        axes = np.array(sorted({axis % rank, int(rng.integers(0, rank))}), np.int64)
+        model, feeds = single_op(kind, {"x": x}, {"axes": axes}, keepdims=int(seed % 2), opset=18)
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_broadcasting_chain(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Broadcast shapes through a fused elementwise chain (Add -> Mul -> Relu)."""
+    from onnx import TensorProto, helper
+
+    from tests.compiler.frontend.onnx_check import make_model
+
+    rng = np.random.default_rng(400 + seed)
+    shape = [int(rng.integers(1, 7)) for _ in range(int(rng.integers(1, 5)))]
+    other = [d if rng.random() < 0.5 else 1 for d in shape][int(rng.integers(0, len(shape))):]
+    a, b, c = _randn(rng, *shape), _randn(rng, *other), _randn(rng, *other[-1:] or [1])
+    nodes = [helper.make_node("Add", ["a", "b"], ["t"]), helper.make_node("Mul", ["t", "c"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    model = make_model(nodes, {"a": (TensorProto.FLOAT, shape), "b": (TensorProto.FLOAT, other),
+                               "c": (TensorProto.FLOAT, list(c.shape))}, ["y"])
+    _check(model, {"a": a, "b": b, "c": c}, tmp_path, opt_level=3)
