@@ -124,7 +124,8 @@ class TemperBackendRep(BackendRep):
         options = CompileOptions(target=self._target, opt_level=self._opt_level, shapes=shapes)
         compiled = compile_model(model.SerializeToString(), options)
         with tempfile.TemporaryDirectory(prefix="temper-backend-") as tmp:
-            path = compiled.save(Path(tmp) / "model.temper")
+            path = Path(tmp) / "model.temper"
+            compiled.save(path)  # returns the artifact's sha256
             return compiler.runtime.load(path)
 
 

@@ -84,6 +84,7 @@ class _Ctx:
     bufs: dict[Buffer, ir.Value] = field(default_factory=dict)
     ranges: dict[Var, int] = field(default_factory=dict)
     vec: tuple[Var, int] | None = None
+    mask: ir.Value | None = None  # active lanes inside a predicated vectorized loop
 
 
 class KernelEmitter:
@@ -194,7 +195,33 @@ class KernelEmitter:
             ctx.vec = None
             p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, lanes))
             ctx.vec = saved
-            v = b.load(p, typ=ir.VectorType(mem, lanes), align=4)
+            vt = ir.VectorType(mem, lanes)
+            if ctx.mask is not None:
+                fn = self._masked("load", vt)
+                v = b.call(fn, [b.bitcast(p, PTR), ir.Constant(I32, 4), ctx.mask, ir.Constant(vt, None)])
+            else:
+                v = b.load(p, typ=vt, align=4)
+            return b.trunc(v, ir.VectorType(I1, lanes)) if e.buffer.dtype == "bool" else v
+        if (
+            ctx.mask is None
+            and lin is not None
+            and lin[0].get(var, 0) in (2, 3, 4)
+            and not any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
+        ):
+            # strided: load the covering span as one (odd-sized) vector, keep every c-th lane
+            c = lin[0][var]
+            base = simplify(substitute(off, {var: IntImm(0)}))
+            span = (lanes - 1) * c + 1
+            saved = ctx.vec
+            ctx.vec = None
+            p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, span))
+            ctx.vec = saved
+            wide = b.load(p, typ=ir.VectorType(mem, span), align=4)
+            v = b.shuffle_vector(
+                wide,
+                ir.Constant(ir.VectorType(mem, span), ir.Undefined),
+                ir.Constant(ir.VectorType(I32, lanes), [k * c for k in range(lanes)]),
+            )
             return b.trunc(v, ir.VectorType(I1, lanes)) if e.buffer.dtype == "bool" else v
         # general: one scalar load per lane
         out = ir.Constant(ir.VectorType(reg_type(e.buffer.dtype), lanes), ir.Undefined)
@@ -202,6 +229,8 @@ class KernelEmitter:
         ctx.vec = None
         for lane in range(lanes):
             lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+            if ctx.mask is not None:  # inactive lanes may point anywhere: clamp them into the buffer
+                lo = BinOp("min", BinOp("max", lo, IntImm(0)), IntImm(e.buffer.size - 1))
             v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, lo)), typ=mem)
             if e.buffer.dtype == "bool":
                 v = b.trunc(v, I1)
@@ -387,6 +416,9 @@ class KernelEmitter:
         var, lanes = ctx.vec
         if not isinstance(val.type, ir.VectorType):
             val = self._splat(b, val, lanes)
+        if ctx.mask is not None:
+            self._masked_store(ctx, s.buffer, off, val)
+            return
         if not self._depends(ctx, off):
             # every lane writes the same element: the last lane wins (as in the serial loop)
             last = b.extract_element(val, ir.Constant(I32, lanes - 1))
@@ -409,11 +441,52 @@ class KernelEmitter:
                 )
         ctx.vec = saved
 
+    def _masked(self, kind: str, vt: ir.VectorType) -> ir.Function:
+        el = vt.element
+        code = "f32" if el == F32 else "f64" if el == F64 else f"i{el.width}"
+        name = f"llvm.masked.{kind}.v{vt.count}{code}.p0"
+        fn = self.module.globals.get(name)
+        if fn is None:
+            mask_t = ir.VectorType(I1, vt.count)
+            if kind == "load":
+                fn = ir.Function(self.module, ir.FunctionType(vt, [PTR, I32, mask_t, vt]), name)
+            else:
+                fn = ir.Function(self.module, ir.FunctionType(VOID, [vt, PTR, I32, mask_t]), name)
+        return fn
+
+    def _masked_store(self, ctx: _Ctx, buf: Buffer, off: Expr, val: ir.Value) -> None:
+        b = ctx.builder
+        var, lanes = ctx.vec  # type: ignore[misc]
+        mask = ctx.mask
+        lin = affine_coeffs(off)
+        saved, ctx.vec, ctx.mask = (ctx.vec, ctx.mask), None, None
+        if lin is not None and lin[0].get(var) == 1:
+            base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
+            p = self._ptr(ctx, buf, self._expr(ctx, base), val.type)
+            b.call(self._masked("store", val.type), [val, b.bitcast(p, PTR), ir.Constant(I32, 4), mask])
+        else:
+            for lane in range(lanes):
+                with b.if_then(b.extract_element(mask, ir.Constant(I32, lane))):
+                    lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+                    b.store(
+                        b.extract_element(val, ir.Constant(I32, lane)),
+                        self._ptr(ctx, buf, self._expr(ctx, lo)),
+                    )
+        ctx.vec, ctx.mask = saved
+
     def _if(self, ctx: _Ctx, s: IfThenElse) -> None:
         b = ctx.builder
         c = self._expr(ctx, s.cond)
-        if isinstance(c.type, ir.VectorType):
-            raise CodegenError("vector condition in if (not vectorizable)")
+        if isinstance(c.type, ir.VectorType):  # predicated lanes of a vectorized loop
+            outer = ctx.mask
+            ctx.mask = c if outer is None else b.and_(outer, c)
+            self._stmt(ctx, s.then)
+            if s.orelse is not None:
+                nc = b.not_(c)
+                ctx.mask = nc if outer is None else b.and_(outer, nc)
+                self._stmt(ctx, s.orelse)
+            ctx.mask = outer
+            return
         with b.if_else(c) as (then, orelse):
             with then:
                 self._stmt(ctx, s.then)
@@ -527,8 +600,6 @@ def _vectorizable(s: For) -> bool:
         if isinstance(x, (Allocate,)):
             return False
         if isinstance(x, For) and x.kind is not ForKind.UNROLLED:
-            return False
-        if isinstance(x, IfThenElse) and any(v is s.var for v in walk_expr(x.cond)):
             return False
     return True
 

@@ -188,10 +188,10 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     lanes = info.target.lanes()
     if kind == "anchor_depthwise":
         ow = ow_iv.extent
-        vw = ow if ow <= 32 else next((d for d in range(32, 0, -1) if ow % d == 0 and d % lanes == 0), ow)
+        vw = ow if ow <= 64 else next((d for d in range(64, 0, -1) if ow % d == 0 and d % lanes == 0), ow)
         owo, owv = sch.split(low, [None, vw])
         sch.reorder(ln, loc, loh, owo, lrc, lry, lrx, owv)
-        outer = sch.fuse(ln, loc, loh)
+        outer = sch.fuse(ln, loc)  # one channel plane per iteration: its padded copy stays in cache
         sch.parallel(outer)
         sch.unroll(lry)
         sch.unroll(lrx)
@@ -199,8 +199,15 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         sch.reverse_compute_at(consumer, owo)
         sch.decompose_reduction(conv, lrc)
         inner = root_loops(sch, consumer)[-1]
-        if inner.extent <= 32:
+        if inner.extent <= 64:
             sch.vectorize(inner.var.name)
+        if keep:  # pad one channel plane right before its convolution (it stays in cache)
+            sch.set_scope(pad, "local")
+            sch.compute_at(pad, outer)
+            keep = ()
+            last = root_loops(sch, pad)[-1]
+            _, pv = sch.split(last.var.name, [None, lanes])
+            sch.vectorize(pv)
     else:
         nt, owt = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
         oco, oci = sch.split(loc, [None, nt])

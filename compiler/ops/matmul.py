@@ -17,7 +17,7 @@ from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tir import compute as te
 from compiler.tir.ir import Layout, Load, walk_expr
-from compiler.tir.rules import KernelInfo, block_of, inline_injective, root_loops
+from compiler.tir.rules import KernelInfo, block_of, inline_injective, parallel_vectorize, root_loops
 from compiler.tir.trace import Schedule
 
 
@@ -101,17 +101,20 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     sch.unroll(ii)
     sch.unroll(jvo)
     sch.vectorize(jv)
-    # constant right-hand matrix: pack it into column panels of the tile width
-    for x in walk_expr(blk.body.value):  # type: ignore[union-attr]
-        if (
-            isinstance(x, Load)
-            and x.buffer.name in sch.const_params
-            and len(x.buffer.shape) == 2
-            and x.indices[-1] is blk.iter_vars[-2].var
-            and N % nt == 0
-        ):
-            sch.pack_layout(x.buffer.name, Layout(((1, nt),), (1, 0, 2)))
-            break
+    # the right-hand matrix in column panels of the tile width: packed at compile time when it is a
+    # constant, by a copy at the start of the kernel when its panels are reused by enough rows
+    rhs = next(
+        x.buffer
+        for x in walk_expr(blk.body.value)  # type: ignore[union-attr]
+        if isinstance(x, Load) and x.indices[-1] is blk.iter_vars[-2].var
+    )
+    r = len(rhs.shape)
+    panels = Layout(((r - 1, nt),), (*range(r - 2), r - 1, r - 2, r))
+    if rhs.name in sch.const_params and N % nt == 0:
+        sch.pack_layout(rhs.name, panels)
+    elif rhs.name not in sch.const_params and M >= 16 and 2 * nt <= N and rhs.shape[-2] >= 16:
+        pack = sch.cache_read(mm, rhs.name, panels)
+        parallel_vectorize(sch, pack, info.target)
     sch.reverse_compute_at(consumer, outer)
     sch.decompose_reduction(mm, lk)
     inner = [f for f in root_loops(sch, consumer)][-1]

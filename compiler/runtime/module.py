@@ -228,6 +228,31 @@ class Module:
             "number": float(number),
         }
 
+    def profile(self, feeds: Mapping[str, np.ndarray], *, repeat: int = 20) -> list[dict[str, Any]]:
+        """Median time of every kernel call (seconds), in plan order, slowest calls being where
+        tuning pays off. Each entry: step, kernel, median, share (of the summed medians)."""
+        if repeat < 1:
+            raise ValueError("profile needs repeat >= 1")
+        arrays = self._check_feeds(feeds)
+        times: list[list[float]] = [[] for _ in self._calls]
+        with self._lock:
+            for name, array in arrays.items():
+                np.copyto(self._feeds[name], array)
+            self._execute()
+            for _ in range(repeat):
+                for index, (fn, pointers, kernel) in enumerate(self._calls):
+                    start = time.perf_counter()
+                    code = fn(pointers)
+                    times[index].append(time.perf_counter() - start)
+                    if code:
+                        raise KernelError(kernel, index, code)
+        medians = [statistics.median(t) for t in times]
+        total = sum(medians) or 1.0
+        return [
+            {"step": i, "kernel": call[2], "median": m, "share": m / total}
+            for i, (call, m) in enumerate(zip(self._calls, medians, strict=True))
+        ]
+
 
 def load(source: Source) -> Module:
     """Verify an artifact (path or bytes) and load it, ready to run. Raises ArtifactError."""

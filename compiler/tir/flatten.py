@@ -32,6 +32,7 @@ from compiler.tir.ir import (
     substitute_stmt,
     walk_expr,
 )
+from compiler.tir.partition import partition_loops
 from compiler.tir.schedule import _access_region, simplify_func
 
 
@@ -183,6 +184,7 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
 def flatten(func: PrimFunc) -> PrimFunc:
     body = map_stmt(func.body, _unblock)
     out = simplify_func(PrimFunc(func.name, func.params, body, func.layouts))
+    out = PrimFunc(out.name, out.params, partition_loops(out.body), out.layouts)
     out = place_allocations(out)
     return simplify_func(out)
 

@@ -88,6 +88,10 @@ def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: 
         elif inner.extent <= 64 and len(spatial) > 1:
             sch.vectorize(inner.var.name)
             spatial = spatial[:-1]
+        else:  # predicated vectors: the last one is partly masked
+            _, vi = sch.split(inner.var.name, [None, lanes])
+            sch.vectorize(vi)
+            spatial = [f for f in root_loops(sch, block) if f.var.name not in reduce_loops][:-1]
     total = 1
     for f in loops:
         if f.var.name not in reduce_loops:

@@ -135,6 +135,17 @@ class Schedule:
         self.func = prim.decompose_reduction(self.func, block, loop)
         self._rec("decompose_reduction", block=block, loop=loop)
 
+    def cache_read(self, block: str, buffer: str, layout: Layout) -> str:
+        self.func, name = prim.cache_read(self.func, block, buffer, layout)
+        self._rec(
+            "cache_read",
+            block=block,
+            buffer=buffer,
+            splits=[list(s) for s in layout.splits],
+            perm=list(layout.perm),
+        )
+        return name
+
     def pack_layout(self, param: str, layout: Layout) -> None:
         if param not in self.const_params:
             raise ScheduleError(f"pack_layout: {param!r} is not a constant parameter")
@@ -170,6 +181,10 @@ def replay(func: PrimFunc, trace: Trace, const_params: frozenset[str] = frozense
                 sch.cache_write(a["block"], a.get("scope", "local"))
             elif p == "set_scope":
                 sch.set_scope(a["buffer"], a["scope"])
+            elif p == "cache_read":
+                sch.cache_read(
+                    a["block"], a["buffer"], Layout(tuple(tuple(s) for s in a["splits"]), tuple(a["perm"]))
+                )
             elif p == "pack_layout":
                 sch.pack_layout(a["param"], Layout(tuple(tuple(s) for s in a["splits"]), tuple(a["perm"])))
             else:

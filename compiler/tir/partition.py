@@ -1,0 +1,193 @@
+"""Loop partitioning: split a loop where its conditions become constant.
+
+Padding, pooling windows, concatenation and non-dividing splits guard loads and stores with
+conditions on loop variables (`h - 1 >= 0`, `o * 8 + i < 114`). Those conditions hold everywhere
+except near the ends of the loop, so the loop is split into a head, a body and a tail; in the body
+every condition simplifies away (and so do the index clamps), leaving straight vector code.
+"""
+
+from __future__ import annotations
+
+import math
+
+from compiler.tir.ir import (
+    Allocate,
+    BinOp,
+    Expr,
+    For,
+    ForKind,
+    IfThenElse,
+    IntImm,
+    Select,
+    Seq,
+    Stmt,
+    Store,
+    Var,
+    seq,
+    substitute_stmt,
+    walk_expr,
+)
+from compiler.tir.simplify import affine_coeffs, bounds, simplify
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+MAX_COPIES = 3
+
+
+def _conditions(s: Stmt) -> list[Expr]:
+    """Comparisons in the conditions of selects and ifs under s."""
+    out: list[Expr] = []
+
+    def scan(e: Expr) -> None:
+        for x in walk_expr(e):
+            if isinstance(x, Select):
+                out.extend(c for c in walk_expr(x.cond) if isinstance(c, BinOp) and c.op in _FLIP)
+
+    def go(x: Stmt) -> None:
+        if isinstance(x, For | Allocate):
+            go(x.body)
+        elif isinstance(x, Seq):
+            for y in x.stmts:
+                go(y)
+        elif isinstance(x, IfThenElse):
+            out.extend(c for c in walk_expr(x.cond) if isinstance(c, BinOp) and c.op in _FLIP)
+            scan(x.cond)
+            go(x.then)
+            if x.orelse is not None:
+                go(x.orelse)
+        elif isinstance(x, Store):
+            scan(x.value)
+            for i in x.indices:
+                scan(i)
+
+    go(s)
+    return out
+
+
+def _inner_ranges(s: Stmt) -> dict[Var, int]:
+    out: dict[Var, int] = {}
+
+    def go(x: Stmt) -> None:
+        if isinstance(x, For):
+            out[x.var] = x.extent
+            go(x.body)
+        elif isinstance(x, Seq):
+            for y in x.stmts:
+                go(y)
+        elif isinstance(x, Allocate):
+            go(x.body)
+        elif isinstance(x, IfThenElse):
+            go(x.then)
+            if x.orelse is not None:
+                go(x.orelse)
+
+    go(s)
+    return out
+
+
+def _undecided(cond: BinOp, v: Var, extent: int, ranges: dict[Var, int]) -> tuple[int, int] | None:
+    """Interval of v values where `cond` is not constant over the other variables (None: never)."""
+    lin = affine_coeffs(BinOp("-", cond.a, cond.b))
+    if lin is None:
+        return 0, extent - 1
+    terms, c = lin
+    k = terms.get(v, 0)
+    if k == 0 or any(v in set(walk_expr(a)) for a in terms if a is not v):
+        return None if k == 0 else (0, extent - 1)
+    rest: Expr = IntImm(c)
+    for atom, coeff in terms.items():
+        if atom is not v:
+            rest = BinOp("+", rest, BinOp("*", atom, IntImm(coeff)))
+    lo, hi = bounds(simplify(rest), ranges)
+    if math.isinf(lo) or math.isinf(hi):
+        return 0, extent - 1
+    # e = k*v + rest compared with 0 changes value only while k*v lies in [-hi, -lo]
+    a, b = sorted(((-hi) / k, (-lo) / k))
+    first, last = max(0, math.floor(a) - 1), min(extent - 1, math.ceil(b) + 1)
+    return (first, last) if first <= last else None
+
+
+def _partition_one(loop: For, outer: dict[Var, int]) -> Stmt:
+    conds = [c for c in _conditions(loop.body) if loop.var in set(walk_expr(c))]
+    if not conds or loop.kind not in (ForKind.SERIAL,):
+        return loop
+    ranges = {**outer, **_inner_ranges(loop.body)}
+    n = loop.extent
+    start, end = 0, n
+    for c in conds:
+        u = _undecided(c, loop.var, n, ranges)  # type: ignore[arg-type]
+        if u is None:
+            continue
+        lo, hi = u
+        if hi < n / 2:
+            start = max(start, hi + 1)
+        elif lo >= n / 2:
+            end = min(end, lo)
+        else:
+            return loop  # a condition changes in the middle: nothing to gain
+    if start >= end or (start == 0 and end == n):
+        return loop
+    pieces = []
+    for p, q in ((0, start), (start, end), (end, n)):
+        if q <= p:
+            continue
+        v = Var(loop.var.name if p == 0 else f"{loop.var.name}_p{p}")
+        body = substitute_stmt(loop.body, {loop.var: BinOp("+", v, IntImm(p))})
+        body = simplify_stmt(body, {**outer, v: q - p})
+        pieces.append(For(v, q - p, loop.kind, body))
+    return seq(pieces)
+
+
+def simplify_stmt(s: Stmt, ranges: dict[Var, int]) -> Stmt:
+    """Simplify expressions (and drop decided ifs) using the loop ranges in scope."""
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, simplify_stmt(s.body, {**ranges, s.var: s.extent}))
+    if isinstance(s, Seq):
+        return seq([simplify_stmt(x, ranges) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, simplify_stmt(s.body, ranges))
+    if isinstance(s, IfThenElse):
+        c = simplify(s.cond, ranges)
+        if isinstance(c, IntImm):
+            if c.value:
+                return simplify_stmt(s.then, ranges)
+            return simplify_stmt(s.orelse, ranges) if s.orelse is not None else Seq(())
+        return IfThenElse(
+            c, simplify_stmt(s.then, ranges), None if s.orelse is None else simplify_stmt(s.orelse, ranges)
+        )
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(simplify(i, ranges) for i in s.indices), simplify(s.value, ranges))
+    return s
+
+
+def partition_loops(s: Stmt, ranges: dict[Var, int] | None = None) -> Stmt:
+    """Partition every serial loop (outermost first) whose conditions settle away from its ends."""
+    ranges = ranges or {}
+    if isinstance(s, For):
+        return _descend(s, ranges)
+    if isinstance(s, Seq):
+        return seq([partition_loops(x, ranges) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, partition_loops(s.body, ranges))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(
+            s.cond,
+            partition_loops(s.then, ranges),
+            None if s.orelse is None else partition_loops(s.orelse, ranges),
+        )
+    return s
+
+
+def _descend(f: For, ranges: dict[Var, int]) -> Stmt:
+    part = _partition_one(f, ranges)
+    if part is f:
+        return For(f.var, f.extent, f.kind, partition_loops(f.body, {**ranges, f.var: f.extent}))
+    assert isinstance(part, Seq | For)
+    pieces = part.stmts if isinstance(part, Seq) else (part,)
+    return seq(
+        [
+            For(p.var, p.extent, p.kind, partition_loops(p.body, {**ranges, p.var: p.extent}))
+            if isinstance(p, For)
+            else p
+            for p in pieces
+        ]
+    )
