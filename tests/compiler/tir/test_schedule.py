@@ -117,8 +117,12 @@ def test_predicated_vector_loop_matches_numpy() -> None:
 
     with te.tensor_scope():
         x = te.placeholder((3, 37), "float32", "x")
-        y = te.compute((3, 37), lambda i, j: te.call("exp", x[i, BinOp("%", te.mul(j, IntImm(7)), IntImm(37))]),
-                       "y", axis_names=["i", "j"])
+        y = te.compute(
+            (3, 37),
+            lambda i, j: te.call("exp", x[i, BinOp("%", te.mul(j, IntImm(7)), IntImm(37))]),
+            "y",
+            axis_names=["i", "j"],
+        )
         func = lower("k", [x], y)
     sch = Schedule(func)
     _, inner = sch.split("y_j", [None, 8])
