@@ -20,7 +20,7 @@ from compiler.tir.flatten import flatten
 from compiler.tir.ir import PrimFunc
 from compiler.tir.lower import lower, stages_of
 from compiler.tir.rules import KernelInfo, generic_schedule
-from compiler.tir.trace import Schedule, Trace, replay
+from compiler.tir.trace import Decider, Schedule, Trace, replay
 
 WORKLOAD_VERSION = 1
 
@@ -177,18 +177,20 @@ def lower_group(group: Any, kernel_name: str, target: Target, const_params: froz
     )
 
 
-def default_schedule(w: Workload) -> tuple[Schedule, str]:
-    """The op family's default schedule for this target, or the generic one when the family has
-    none or it does not apply to this kernel. Returns the schedule and the rule's name."""
+def default_schedule(w: Workload, decider: Decider | None = None) -> tuple[Schedule, str]:
+    """The op family's schedule rule for this target, or the generic one when the family has none
+    or it does not apply to this kernel. Without a decider every decision takes its default (the
+    default schedule); the tuner passes deciders that sample the rule's space. Returns the
+    schedule and the rule's name."""
     opdef = registry.get(w.anchor_op) if w.anchor_op else None
     if opdef is not None and opdef.schedule is not None and w.info.anchor_block is not None:
-        sch = Schedule(w.func, w.const_params)
+        sch = Schedule(w.func, w.const_params, decider)
         try:
             opdef.schedule(sch, w.info)
             return sch, opdef.name
         except ScheduleError:
             pass
-    sch = Schedule(w.func, w.const_params)
+    sch = Schedule(w.func, w.const_params, decider)
     generic_schedule(sch, w.info)
     return sch, "generic"
 
@@ -208,3 +210,36 @@ def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -
         provenance = {"source": "default", "rule": rule}
     flat = flatten(sch.func)
     return Kernel(name, _sym(name), w, sch.func, flat, sch.trace, provenance)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One kernel built on its own (for measuring a schedule): a shared library exporting `symbol`
+    with the kernel C ABI, and the packed layouts its constant parameters must be given in."""
+
+    library: bytes
+    symbol: str
+    layouts: Mapping[str, Any]  # param name -> compiler.tir.ir.Layout
+    param_shapes: tuple[tuple[int, ...], ...]  # unpacked shapes, output last
+    param_dtypes: tuple[str, ...]
+
+
+def build_candidate(w: Workload, trace: Trace | None, target: Target) -> Candidate:
+    """Replay `trace` (None: the default schedule) on the workload and compile it alone.
+
+    Raises ScheduleError when the trace does not apply and CodegenError when LLVM or the linker fail.
+    """
+    from compiler.codegen.library import CodeLibrary
+
+    sch = replay(w.func, trace, w.const_params) if trace is not None else default_schedule(w)[0]
+    flat = flatten(sch.func)
+    lib = CodeLibrary(target, name=w.func.name)
+    symbol = _sym(w.func.name)
+    lib.add_kernel(flat, symbol)
+    return Candidate(
+        lib.shared_library(),
+        symbol,
+        dict(sch.func.layouts),
+        tuple(p.shape for p in w.func.params),
+        tuple(p.dtype for p in w.func.params),
+    )

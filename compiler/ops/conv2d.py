@@ -209,23 +209,46 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
             _, pv = sch.split(last.var.name, [None, lanes])
             sch.vectorize(pv)
     else:
-        nt, owt = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
+        nt0, owt0 = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
+        regs = 32 if info.target.vector_bits >= 512 else 16
+        oc = oc_iv.extent
+        nt = sch.decide("nt", sorted({v * lanes for v in (1, 2, 3) if oc % (v * lanes) == 0} | {nt0}), nt0)
+        nvec = max(1, -(-nt // lanes))
+        max_w = max(1, (regs - nvec - 2) // nvec)
+        owt = sch.decide(
+            "owt",
+            [d for d in range(1, min(ow_iv.extent, max_w) + 1) if ow_iv.extent % d == 0],
+            owt0 if nt == nt0 else 1,
+        )
         oco, oci = sch.split(loc, [None, nt])
         ocv_o, ocv = sch.split(oci, [None, min(lanes, nt)])
         owo, owi = sch.split(low, [None, owt])
-        sch.reorder(ln, oco, loh, owo, lrc, lry, lrx, owi, ocv_o, ocv)
-        outer = sch.fuse(ln, oco, loh)
+        red = (
+            [lrc, lry, lrx]
+            if sch.decide("reduce_order", ["c_kh_kw", "kh_kw_c"], "c_kh_kw") == "c_kh_kw"
+            else [lry, lrx, lrc]
+        )
+        tiles = (
+            [oco, loh, owo]
+            if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
+            else [loh, oco, owo]
+        )
+        sch.reorder(ln, *tiles, *red, owi, ocv_o, ocv)
+        outer = sch.fuse(ln, tiles[0], tiles[1])
         sch.parallel(outer)
         sch.unroll(owi)
         sch.unroll(ocv_o)
         sch.vectorize(ocv)
+        if sch.decide("unroll_kw", [False, True], False):
+            sch.unroll(lrx)
         weight = next(
             x.buffer.name
             for x in walk_expr(blk.body.value)  # type: ignore[union-attr]
             if isinstance(x, Load) and x.indices[0] is oc_iv.var
         )
-        if weight in sch.const_params and oc_iv.extent % nt == 0:
+        if weight in sch.const_params and oc % nt == 0:
             sch.pack_layout(weight, Layout(((0, nt),), (0, 2, 3, 4, 1)))
+        lrc = red[0]
         sch.reverse_compute_at(consumer, owo)
         sch.decompose_reduction(conv, lrc)
     if keep:

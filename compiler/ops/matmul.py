@@ -76,7 +76,18 @@ def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
     return best
 
 
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
 def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
+    """Register-blocked GEMM: an (mt x nt) accumulator tile in vector registers, the right-hand
+    matrix read from column panels (packed at compile time if constant, else copied once), the
+    fused epilogue applied per tile, tiles spread over the cores.
+
+    Decisions (tunable): mt, nt (register tile), order of the tile loops, parallel depth, k unroll,
+    whether to pack the right-hand matrix.
+    """
     mm = info.anchor_block
     assert mm is not None
     inline_injective(sch, info)
@@ -89,18 +100,39 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
         consumer = sch.cache_write(mm)
     loops = [f.var.name for f in root_loops(sch, mm)]
     *batch, li, lj, lk = loops
-    M, N = blk.iter_vars[-3].extent, blk.iter_vars[-2].extent
+    M, N, K = blk.iter_vars[-3].extent, blk.iter_vars[-2].extent, blk.iter_vars[-1].extent
     lanes = info.target.lanes()
-    mt, nt = register_tile(info.target, M, N)
+    regs = 32 if info.target.vector_bits >= 512 else 16
+    mt0, nt0 = register_tile(info.target, M, N)
+    nt_options = sorted(
+        {min(v * lanes, N) for v in (1, 2, 3, 4) if N % (v * lanes) == 0 or v * lanes >= N} | {nt0}
+    )
+    nt = sch.decide("nt", nt_options, nt0)
+    nvec = max(1, -(-nt // lanes))
+    mt = sch.decide("mt", _divisors(M, max(1, (regs - nvec - 1) // nvec)) or [1], mt0 if nt == nt0 else 1)
     io, ii = sch.split(li, [None, mt])
     jo, ji = sch.split(lj, [None, nt])
     jvo, jv = sch.split(ji, [None, min(lanes, nt)])
-    sch.reorder(*batch, jo, io, lk, ii, jvo, jv)
-    outer = sch.fuse(*batch, jo, io)
+    k_unroll = sch.decide("k_unroll", [u for u in (1, 2, 4, 8) if K % u == 0], 1)
+    k_loops = [lk]
+    if k_unroll > 1:
+        ko, ku = sch.split(lk, [None, k_unroll])
+        k_loops = [ko, ku]
+    tile_order = sch.decide("tile_order", ["jo_io", "io_jo"], "jo_io")
+    first, second = (jo, io) if tile_order == "jo_io" else (io, jo)
+    sch.reorder(*batch, first, second, *k_loops, ii, jvo, jv)
+    # threads take whole tiles (default) or whole rows/columns of tiles
+    if sch.decide("parallel", ["tiles", "outer"], "tiles") == "tiles":
+        outer = tile_loop = sch.fuse(*batch, first, second)
+    else:
+        outer = sch.fuse(*batch, first) if batch else first
+        tile_loop = second
     sch.parallel(outer)
     sch.unroll(ii)
     sch.unroll(jvo)
     sch.vectorize(jv)
+    if k_unroll > 1:
+        sch.unroll(k_loops[1])
     # the right-hand matrix in column panels of the tile width: packed at compile time when it is a
     # constant, by a copy at the start of the kernel when its panels are reused by enough rows
     rhs = next(
@@ -110,13 +142,14 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     )
     r = len(rhs.shape)
     panels = Layout(((r - 1, nt),), (*range(r - 2), r - 1, r - 2, r))
-    if rhs.name in sch.const_params and N % nt == 0:
-        sch.pack_layout(rhs.name, panels)
-    elif rhs.name not in sch.const_params and M >= 16 and 2 * nt <= N and rhs.shape[-2] >= 16:
+    if rhs.name in sch.const_params:
+        if N % nt == 0 and sch.decide("pack", [True, False], True):
+            sch.pack_layout(rhs.name, panels)
+    elif 2 * nt <= N and rhs.shape[-2] >= 16 and sch.decide("pack", [True, False], M >= 16):
         pack = sch.cache_read(mm, rhs.name, panels)
         parallel_vectorize(sch, pack, info.target)
-    sch.reverse_compute_at(consumer, outer)
-    sch.decompose_reduction(mm, lk)
+    sch.reverse_compute_at(consumer, tile_loop)
+    sch.decompose_reduction(mm, k_loops[0])
     inner = [f for f in root_loops(sch, consumer)][-1]
     if inner.extent % lanes == 0:
         _, v = sch.split(inner.var.name, [None, lanes])

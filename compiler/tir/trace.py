@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from compiler.errors import ScheduleError
 from compiler.tir import schedule as prim
@@ -42,10 +42,20 @@ def _frozen(v: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
+    """Primitive applications in order, plus the named decisions that produced them (the tuner
+    mutates decisions; replay needs only the instructions)."""
+
     instructions: tuple[Instruction, ...]
+    decisions: tuple[tuple[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": TRACE_VERSION, "instructions": [i.to_json() for i in self.instructions]}
+        out: dict[str, Any] = {
+            "version": TRACE_VERSION,
+            "instructions": [i.to_json() for i in self.instructions],
+        }
+        if self.decisions:
+            out["decisions"] = {k: _jsonable(v) for k, v in self.decisions}
+        return out
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
@@ -65,20 +75,45 @@ class Trace:
                 raise ScheduleError(f"malformed trace instruction {raw!r}")
             args = tuple(sorted((k, _frozen(v)) for k, v in raw.items() if k != "prim"))
             insts.append(Instruction(raw["prim"], args))
-        return Trace(tuple(insts))
+        decisions = data.get("decisions", {})
+        if not isinstance(decisions, dict):
+            raise ScheduleError("trace decisions must be an object")
+        return Trace(tuple(insts), tuple(sorted((k, _frozen(v)) for k, v in decisions.items())))
+
+
+class Decider(Protocol):
+    """Where a schedule's open decisions come from: defaults, random draws, or a mutated parent."""
+
+    def choose(self, name: str, options: Sequence[Any], default: Any) -> Any: ...
 
 
 class Schedule:
-    """A PrimFunc being scheduled, with the trace of what was applied so far."""
+    """A PrimFunc being scheduled, with the trace of what was applied so far.
 
-    def __init__(self, func: PrimFunc, const_params: frozenset[str] = frozenset()) -> None:
+    Schedule rules ask `decide(name, options, default)` for every tunable choice (tile sizes, loop
+    orders...); without a decider the default is taken, which is the default schedule.
+    """
+
+    def __init__(
+        self, func: PrimFunc, const_params: frozenset[str] = frozenset(), decider: Decider | None = None
+    ) -> None:
         self.func = func
         self.const_params = const_params
+        self.decider = decider
+        self.decisions: dict[str, Any] = {}
         self._insts: list[Instruction] = []
 
     @property
     def trace(self) -> Trace:
-        return Trace(tuple(self._insts))
+        return Trace(tuple(self._insts), tuple(sorted(self.decisions.items())))
+
+    def decide(self, name: str, options: Sequence[Any], default: Any) -> Any:
+        opts = list(options) or [default]
+        value = default if self.decider is None else self.decider.choose(name, opts, default)
+        if value not in opts:
+            value = default if default in opts else opts[0]
+        self.decisions[name] = value
+        return value
 
     def _rec(self, prim_name: str, **args: Any) -> None:
         self._insts.append(Instruction(prim_name, tuple(sorted((k, _frozen(v)) for k, v in args.items()))))
@@ -163,6 +198,7 @@ class Schedule:
 def replay(func: PrimFunc, trace: Trace, const_params: frozenset[str] = frozenset()) -> Schedule:
     """Apply a recorded trace to a fresh PrimFunc of the same workload."""
     sch = Schedule(func, const_params)
+    sch.decisions = dict(trace.decisions)
     for inst in trace.instructions:
         a = dict(inst.args)
         p = inst.prim

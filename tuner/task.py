@@ -1,0 +1,68 @@
+"""Task extraction: the distinct kernels of a model, each with its weight and FLOP count."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.interpret import run_graph
+from compiler.kernels import Workload
+from compiler.pipeline import CompileOptions, ModelInput, build_frontier
+from compiler.planner import pack_constant
+
+
+@dataclass(frozen=True)
+class Task:
+    """One workload to tune. `weight` = how many kernels of the model share it; `group` is the fused
+    graph it came from (the reference the measured candidates are checked against)."""
+
+    name: str
+    workload: Workload
+    group: Any  # compiler.graph.passes.fuse.Group
+    weight: int
+    flops: int
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+    def inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Fixed random inputs for every kernel parameter except the output (unpacked layouts)."""
+        rng = np.random.default_rng(seed)
+        out: dict[str, np.ndarray] = {}
+        for buf in self.workload.func.params[:-1]:
+            if buf.dtype.startswith("float"):
+                out[buf.name] = rng.standard_normal(buf.shape).astype(buf.dtype)
+            elif buf.dtype == "bool":
+                out[buf.name] = rng.random(buf.shape) < 0.5
+            else:  # integer operands are indices here: keep them small and non-negative
+                out[buf.name] = rng.integers(0, 2, buf.shape).astype(buf.dtype)
+        return out
+
+    def reference(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The group's output computed by the graph interpreter (numpy references)."""
+        body = self.group.body
+        feeds = {v.name: inputs[f"p{k}"] for k, v in enumerate(self.group.params)}
+        (result,) = run_graph(body, feeds).values()
+        return np.asarray(result)
+
+
+def pack_inputs(inputs: Mapping[str, np.ndarray], layouts: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Inputs as a candidate expects them: constant params packed to its schedule's layouts."""
+    return {k: pack_constant(v, layouts[k]) if k in layouts else v for k, v in inputs.items()}
+
+
+def extract_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
+    """Distinct workloads of the model in first-use order, weighted by occurrence."""
+    fr = build_frontier(model, options)
+    by_key: dict[str, Task] = {}
+    counts: dict[str, int] = {}
+    for call in fr.groups:
+        w = fr.workloads[id(call)]
+        counts[w.key] = counts.get(w.key, 0) + 1
+        if w.key not in by_key:
+            by_key[w.key] = Task(w.func.name, w, call.attr("group"), 1, w.flops)
+    return [Task(t.name, t.workload, t.group, counts[k], t.flops) for k, t in by_key.items()]
