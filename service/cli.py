@@ -1,4 +1,4 @@
-"""temper's command line: compile, run and inspect models on this machine.
+"""temper's command line: compile, run and inspect models on this machine; move tuning records.
 
 User mistakes (bad model, bad artifact, bad inputs, bad flags) print one red `error:` line and
 exit with code 2, never a traceback. The compiler is imported inside the commands that need it,
@@ -243,6 +243,102 @@ def inspect_command(
             raise typer.BadParameter(f"{stage!r} is not one of {', '.join(STAGES)}", param_hint="'--stage'")
         text = inspect_model(model, stage, _options(target, opt_level, shapes, None), kernel=kernel)
     typer.echo(text.rstrip("\n"))
+
+
+# --- records and database (storage/ is imported only by these commands) -------------------------
+
+records_app = typer.Typer(help="Export and import tuning records as JSON lines.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the database that keeps tuning records.", no_args_is_help=True)
+app.add_typer(records_app, name="records")
+app.add_typer(db_app, name="db")
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option("--db", metavar="URL", help="Database URL (default: temper.sqlite in the data directory)."),
+]
+
+
+def _db_url(db: str | None) -> str:
+    from storage.session import default_data_dir, default_url
+
+    return db or default_url(default_data_dir())
+
+
+@contextmanager
+def storage_errors() -> Iterator[None]:
+    """Database and records-file failures as one-line messages, exit code 2."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from storage.errors import StorageError
+    from storage.records import describe_error
+
+    try:
+        yield
+    except StorageError as exc:
+        raise fail(str(exc)) from None
+    except SQLAlchemyError as exc:
+        raise fail(f"database error: {describe_error(exc)}") from None
+
+
+@records_app.command("export")
+def records_export_command(
+    file: Annotated[Path, typer.Argument(dir_okay=False, help="The JSON-lines file to write.")],
+    db: DbOpt = None,
+    target: Annotated[
+        str | None, typer.Option("--target", metavar="KEY", help="Only the records of this target key.")
+    ] = None,
+) -> None:
+    """Write tuning records (and their workloads) to a JSON-lines file."""
+    with user_errors(), storage_errors():
+        from storage import SqlDatabase, export_records
+        from storage.session import display_url, sqlite_path
+
+        url = _db_url(db)
+        path = sqlite_path(url)
+        if path is not None and not path.exists():
+            raise fail(f"no database at {path} (nothing to export; pass --db URL)")
+        with SqlDatabase(url) as database:
+            summary = export_records(database, file, target_key=target)
+    out.print(
+        f"exported {summary.records} record(s) of {summary.workloads} workload(s) "
+        f"from {display_url(url)} to {file}",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+@records_app.command("import")
+def records_import_command(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="The JSON-lines file to read.")],
+    db: DbOpt = None,
+) -> None:
+    """Read tuning records from a JSON-lines file: all of them or, on any bad line, none."""
+    with user_errors(), storage_errors():
+        from storage import SqlDatabase, import_records
+        from storage.session import display_url
+
+        url = _db_url(db)
+        with SqlDatabase(url) as database:
+            summary = import_records(database, file)
+    out.print(
+        f"imported {summary.records_added} record(s) and {summary.workloads_added} new workload(s) "
+        f"from {file} into {display_url(url)}; {summary.records_skipped} record(s) were already there",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade_command(db: DbOpt = None) -> None:
+    """Create the database or migrate it to this version's schema."""
+    with user_errors(), storage_errors():
+        from storage import SqlDatabase, current_revision
+        from storage.session import display_url
+
+        url = _db_url(db)
+        with SqlDatabase(url) as database:
+            revision = current_revision(database.engine)
+    out.print(f"database {display_url(url)} is at revision {revision}", markup=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -1,0 +1,261 @@
+"""The tuner's record database (tuner.records.Database) over SQLAlchemy: SQLite or PostgreSQL.
+
+Every write is its own committed transaction, so a record is durable when `commit_record`
+returns and a killed tuning job loses nothing it reported. Reads are short transactions of
+their own; nothing here keeps a session open between calls, so one `SqlDatabase` can be shared
+by threads and many processes can open the same database.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from alembic.util import CommandError
+from sqlalchemy import URL, Engine, Select, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from storage.errors import DatabaseUnavailableError, StorageError, UnknownWorkloadError
+from storage.migrations import upgrade as upgrade_schema
+from storage.models import TuningRecordRow, WorkloadRow
+from storage.session import display_url, make_engine, make_sessionmaker
+from tuner.records import ErrorKind, TuningRecord, WorkloadEntry, trace_hash
+
+_CHUNK = 500  # rows per multi-row INSERT (SQLite caps the bound parameters of one statement)
+_RECORD_ORDER = (TuningRecordRow.created_at, TuningRecordRow.id)  # oldest first, ties by insertion
+
+
+class SqlDatabase:
+    """tuner.records.Database on a SQLAlchemy URL or engine; migrates the schema on open by default.
+
+    When given an engine, the caller keeps owning it (close() does not dispose it); engines should
+    come from storage.session.make_engine, which sets SQLite up for concurrent writers.
+    """
+
+    def __init__(self, url_or_engine: str | URL | Engine, *, upgrade: bool = True) -> None:
+        if isinstance(url_or_engine, Engine):
+            self.engine, self._owned = url_or_engine, False
+        else:
+            try:
+                self.engine, self._owned = make_engine(url_or_engine), True
+            except (SQLAlchemyError, OSError) as exc:
+                raise DatabaseUnavailableError(
+                    f"cannot open database {display_url(url_or_engine)}: {describe_error(exc)}"
+                ) from exc
+        self._read = make_sessionmaker(self.engine)
+        self._write = make_sessionmaker(self.engine, write=True)
+        try:
+            if upgrade:
+                upgrade_schema(self.engine)
+            else:
+                with self.engine.connect():
+                    pass
+        except (SQLAlchemyError, OSError, CommandError) as exc:
+            self.close()
+            hint = " (written by a newer temper?)" if isinstance(exc, CommandError) else ""
+            raise DatabaseUnavailableError(
+                f"cannot open database {display_url(self.engine.url)}: {describe_error(exc)}{hint}"
+            ) from exc
+
+    # --- lifecycle and sessions ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release pooled connections (only of an engine this object created)."""
+        if self._owned:
+            self.engine.dispose()
+
+    def __enter__(self) -> SqlDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def read_session(self, *, snapshot: bool = False) -> Iterator[Session]:
+        """A session for reads; its transaction ends (rolled back) when the block does.
+
+        With `snapshot`, every query in the block sees the same state of the database even while
+        others commit (SQLite read transactions do anyway; PostgreSQL needs REPEATABLE READ).
+        """
+        with self._read() as session:
+            if snapshot and self.engine.dialect.name == "postgresql":
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            yield session
+
+    @contextmanager
+    def write_session(self) -> Iterator[Session]:
+        """A session whose block is one write transaction: committed on success, rolled back on error."""
+        with self._write() as session, session.begin():
+            yield session
+
+    # --- tuner.records.Database ----------------------------------------------------------------
+
+    def commit_workload(self, entry: WorkloadEntry) -> None:
+        """Insert the workload if its key is new; an existing workload is kept as it was."""
+        with self.write_session() as session:
+            insert_workloads(session, [entry])
+
+    def commit_record(self, record: TuningRecord) -> int:
+        """Store one record (its `id` is ignored) and commit; returns the id the database gave it."""
+        with self.write_session() as session:
+            workload_id = session.scalar(select(WorkloadRow.id).where(WorkloadRow.key == record.workload_key))
+            if workload_id is None:
+                raise UnknownWorkloadError(record.workload_key)
+            row = TuningRecordRow(**record_values(record, workload_id))
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def best(self, workload_key: str, target_key: str) -> TuningRecord | None:
+        """The successful record with the smallest median for exactly this (workload, target) pair."""
+        stmt = (
+            _pair(workload_key, target_key)
+            .where(TuningRecordRow.median_secs.is_not(None), TuningRecordRow.error_kind.is_(None))
+            .order_by(TuningRecordRow.median_secs, TuningRecordRow.id)
+            .limit(1)
+        )
+        with self.read_session() as session:
+            found = session.execute(stmt).first()
+        return None if found is None else record_from_row(found[0], found[1])
+
+    def records(self, workload_key: str, target_key: str) -> Sequence[TuningRecord]:
+        """Every record of the pair, failures included, oldest first."""
+        stmt = _pair(workload_key, target_key).order_by(*_RECORD_ORDER)
+        with self.read_session() as session:
+            return [record_from_row(row, key) for row, key in session.execute(stmt)]
+
+    def measured_hashes(self, workload_key: str, target_key: str) -> set[str]:
+        """trace_hash of every record of the pair, failures included (never measure a trace twice)."""
+        stmt = (
+            select(TuningRecordRow.trace_hash)
+            .join(TuningRecordRow.workload)
+            .where(WorkloadRow.key == workload_key, TuningRecordRow.target_key == target_key)
+            .distinct()
+        )
+        with self.read_session() as session:
+            return set(session.scalars(stmt))
+
+    def iter_records(self, target_key: str | None = None) -> Iterator[TuningRecord]:
+        """All records (of one target, or of every target), oldest first, fetched in batches."""
+        with self.read_session() as session:
+            for row, key in session.execute(records_query(target_key)):
+                yield record_from_row(row, key)
+
+    def get_record(self, record_id: int) -> TuningRecord | None:
+        stmt = select(TuningRecordRow, WorkloadRow.key).join(TuningRecordRow.workload)
+        with self.read_session() as session:
+            found = session.execute(stmt.where(TuningRecordRow.id == record_id)).first()
+        return None if found is None else record_from_row(found[0], found[1])
+
+    # --- beyond the protocol -------------------------------------------------------------------
+
+    def workload(self, key: str) -> WorkloadEntry | None:
+        with self.read_session() as session:
+            row = session.scalar(select(WorkloadRow).where(WorkloadRow.key == key))
+        return None if row is None else workload_from_row(row)
+
+    def workloads(self, target_key: str | None = None) -> list[WorkloadEntry]:
+        """Every workload (or those with records on `target_key`), in the order they were added."""
+        with self.read_session() as session:
+            return [workload_from_row(row) for row in session.scalars(workloads_query(target_key))]
+
+
+# --- queries and rows <-> records (shared with storage.jsonl) ------------------------------------
+
+
+def records_query(target_key: str | None = None) -> Select[TuningRecordRow, str]:
+    """(row, workload key) of every record, or of one target's, oldest first, fetched in batches."""
+    stmt = select(TuningRecordRow, WorkloadRow.key).join(TuningRecordRow.workload)
+    if target_key is not None:
+        stmt = stmt.where(TuningRecordRow.target_key == target_key)
+    return stmt.order_by(*_RECORD_ORDER).execution_options(yield_per=_CHUNK)
+
+
+def workloads_query(target_key: str | None = None) -> Select[WorkloadRow]:
+    """Every workload, or those with records on `target_key`, in the order they were added."""
+    stmt = select(WorkloadRow).order_by(WorkloadRow.id)
+    if target_key is not None:
+        having = select(TuningRecordRow.workload_id).where(TuningRecordRow.target_key == target_key)
+        stmt = stmt.where(WorkloadRow.id.in_(having))
+    return stmt
+
+
+def insert_workloads(session: Session, entries: Sequence[WorkloadEntry]) -> int:
+    """Insert the workloads whose keys are new, in the session's transaction; returns how many were."""
+    if not entries:
+        return 0
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        insert: Any = sqlite.insert(WorkloadRow)
+    elif dialect == "postgresql":
+        insert = postgresql.insert(WorkloadRow)
+    else:
+        raise StorageError(f"unsupported database {dialect!r} (temper uses SQLite or PostgreSQL)")
+    added = 0
+    for start in range(0, len(entries), _CHUNK):
+        values = [
+            {"key": e.key, "description": dict(e.description), "flops": int(e.flops)}
+            for e in entries[start : start + _CHUNK]
+        ]
+        stmt = insert.values(values).on_conflict_do_nothing(index_elements=["key"]).returning(WorkloadRow.id)
+        added += len(session.execute(stmt).all())
+    return added
+
+
+def record_values(record: TuningRecord, workload_id: int) -> dict[str, Any]:
+    """The column values of a record (mean/median only for successes, so failures never rank)."""
+    run_secs = [float(s) for s in record.run_secs]
+    if not all(math.isfinite(s) and s >= 0 for s in run_secs):
+        raise ValueError(f"run_secs must be finite non-negative seconds, got {list(record.run_secs)}")
+    ok = record.error_kind is None and bool(run_secs)
+    return {
+        "workload_id": workload_id,
+        "target_key": record.target_key,
+        "trace": dict(record.trace),
+        "trace_hash": trace_hash(record.trace),
+        "run_secs": run_secs,
+        "mean_secs": statistics.fmean(run_secs) if ok else None,
+        "median_secs": statistics.median(run_secs) if ok else None,
+        "error_kind": None if record.error_kind is None else ErrorKind(record.error_kind).value,
+        "error_message": record.error_message,
+        "temper_version": record.temper_version,
+        "created_at": record.created,
+    }
+
+
+def record_from_row(row: TuningRecordRow, workload_key: str) -> TuningRecord:
+    return TuningRecord(
+        workload_key=workload_key,
+        target_key=row.target_key,
+        trace=row.trace,
+        run_secs=tuple(float(s) for s in row.run_secs),
+        error_kind=None if row.error_kind is None else ErrorKind(row.error_kind),
+        error_message=row.error_message,
+        temper_version=row.temper_version,
+        created=row.created_at,
+        id=row.id,
+    )
+
+
+def workload_from_row(row: WorkloadRow) -> WorkloadEntry:
+    return WorkloadEntry(key=row.key, description=row.description, flops=row.flops)
+
+
+def describe_error(exc: BaseException) -> str:
+    """The driver's own first line for a database error (no SQL echo, no documentation link)."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()
+    return text[0] if text else type(cause).__name__
+
+
+def _pair(workload_key: str, target_key: str) -> Select[TuningRecordRow, str]:
+    return (
+        select(TuningRecordRow, WorkloadRow.key)
+        .join(TuningRecordRow.workload)
+        .where(WorkloadRow.key == workload_key, TuningRecordRow.target_key == target_key)
+    )
