@@ -5,6 +5,7 @@ Attributes: strides=(sh, sw), pads=(top, left, bottom, right), dilations=(dh, dw
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,14 @@ from compiler.ops.common import (
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm, Layout, Load, walk_expr
-from compiler.tir.rules import KernelInfo, block_of, inline_injective, parallel_vectorize, root_loops
+from compiler.tir.rules import (
+    MIN_PARALLEL_FLOPS,
+    KernelInfo,
+    block_of,
+    inline_injective,
+    parallel_vectorize,
+    root_loops,
+)
 from compiler.tir.trace import Schedule
 
 
@@ -186,13 +194,16 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     consumer = _consumer_and_scope(sch, info, conv)
     ln, loc, loh, low, lrc, lry, lrx = [f.var.name for f in root_loops(sch, conv)]
     lanes = info.target.lanes()
+    work = 2 * math.prod(iv.extent for iv in blk.iter_vars)
+    threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_FLOPS)
     if kind == "anchor_depthwise":
         ow = ow_iv.extent
         vw = ow if ow <= 64 else next((d for d in range(64, 0, -1) if ow % d == 0 and d % lanes == 0), ow)
         owo, owv = sch.split(low, [None, vw])
         sch.reorder(ln, loc, loh, owo, lrc, lry, lrx, owv)
         outer = sch.fuse(ln, loc)  # one channel plane per iteration: its padded copy stays in cache
-        sch.parallel(outer)
+        if threads:
+            sch.parallel(outer)
         sch.unroll(lry)
         sch.unroll(lrx)
         sch.vectorize(owv)
@@ -208,6 +219,26 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
             last = root_loops(sch, pad)[-1]
             _, pv = sch.split(last.var.name, [None, lanes])
             sch.vectorize(pv)
+    elif sch.decide("vector_axis", ["oc", "ow"], "oc" if oc_iv.extent % lanes == 0 else "ow") == "ow":
+        # few output channels: vectorize along output columns, a register tile of channels, the
+        # weights broadcast (no packing)
+        regs = 32 if info.target.vector_bits >= 512 else 16
+        oc = oc_iv.extent
+        max_oc = max(1, regs - 3)
+        oct0 = max(d for d in range(1, min(oc, max_oc) + 1) if oc % d == 0)
+        oct = sch.decide("oct", [d for d in range(1, min(oc, max_oc) + 1) if oc % d == 0], oct0)
+        owo, owv = sch.split(low, [None, lanes])
+        oco, oci = sch.split(loc, [None, oct])
+        sch.reorder(ln, oco, loh, owo, lrc, lry, lrx, oci, owv)
+        outer = sch.fuse(ln, oco, loh)
+        if threads:
+            sch.parallel(outer)
+        sch.unroll(oci)
+        sch.vectorize(owv)
+        sch.reverse_compute_at(consumer, owo)
+        sch.decompose_reduction(conv, lrc)
+        inner = root_loops(sch, consumer)[-1]
+        sch.vectorize(inner.var.name)
     else:
         nt0, owt0 = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
         regs = 32 if info.target.vector_bits >= 512 else 16
@@ -235,7 +266,8 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         )
         sch.reorder(ln, *tiles, *red, owi, ocv_o, ocv)
         outer = sch.fuse(ln, tiles[0], tiles[1])
-        sch.parallel(outer)
+        if threads:
+            sch.parallel(outer)
         sch.unroll(owi)
         sch.unroll(ocv_o)
         sch.vectorize(ocv)

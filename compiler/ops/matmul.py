@@ -17,7 +17,14 @@ from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tir import compute as te
 from compiler.tir.ir import Layout, Load, walk_expr
-from compiler.tir.rules import KernelInfo, block_of, inline_injective, parallel_vectorize, root_loops
+from compiler.tir.rules import (
+    MIN_PARALLEL_FLOPS,
+    KernelInfo,
+    block_of,
+    inline_injective,
+    parallel_vectorize,
+    root_loops,
+)
 from compiler.tir.trace import Schedule
 
 
@@ -122,12 +129,18 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     first, second = (jo, io) if tile_order == "jo_io" else (io, jo)
     sch.reorder(*batch, first, second, *k_loops, ii, jvo, jv)
     # threads take whole tiles (default) or whole rows/columns of tiles
-    if sch.decide("parallel", ["tiles", "outer"], "tiles") == "tiles":
-        outer = tile_loop = sch.fuse(*batch, first, second)
-    else:
+    batch_size = 1
+    for iv in blk.iter_vars[:-3]:
+        batch_size *= iv.extent
+    small = 2 * batch_size * M * N * K < MIN_PARALLEL_FLOPS
+    mode = sch.decide("parallel", ["tiles", "outer", "none"], "none" if small else "tiles")
+    if mode == "outer":
         outer = sch.fuse(*batch, first) if batch else first
         tile_loop = second
-    sch.parallel(outer)
+    else:
+        outer = tile_loop = sch.fuse(*batch, first, second)
+    if mode != "none":
+        sch.parallel(outer)
     sch.unroll(ii)
     sch.unroll(jvo)
     sch.vectorize(jv)

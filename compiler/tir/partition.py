@@ -87,12 +87,14 @@ def _inner_ranges(s: Stmt) -> dict[Var, int]:
 def _undecided(cond: BinOp, v: Var, extent: int, ranges: dict[Var, int]) -> tuple[int, int] | None:
     """Interval of v values where `cond` is not constant over the other variables (None: never)."""
     lin = affine_coeffs(BinOp("-", cond.a, cond.b))
-    if lin is None:
+    if lin is None or extent > 4096:
         return 0, extent - 1
     terms, c = lin
     k = terms.get(v, 0)
-    if k == 0 or any(v in set(walk_expr(a)) for a in terms if a is not v):
-        return None if k == 0 else (0, extent - 1)
+    if k == 0:
+        return None
+    if any(v in set(walk_expr(a)) for a in terms if a is not v):
+        return 0, extent - 1
     rest: Expr = IntImm(c)
     for atom, coeff in terms.items():
         if atom is not v:
@@ -100,14 +102,19 @@ def _undecided(cond: BinOp, v: Var, extent: int, ranges: dict[Var, int]) -> tupl
     lo, hi = bounds(simplify(rest), ranges)
     if math.isinf(lo) or math.isinf(hi):
         return 0, extent - 1
-    # e = k*v + rest compared with 0 changes value only while k*v lies in [-hi, -lo]
-    a, b = sorted(((-hi) / k, (-lo) / k))
-    first, last = max(0, math.floor(a) - 1), min(extent - 1, math.ceil(b) + 1)
-    return (first, last) if first <= last else None
+    test = {"<": lambda e: e < 0, "<=": lambda e: e <= 0, ">": lambda e: e > 0, ">=": lambda e: e >= 0}[
+        cond.op
+    ]
+    bad = [x for x in range(extent) if test(k * x + lo) != test(k * x + hi)]
+    return (bad[0], bad[-1]) if bad else None
 
 
 def _partition_one(loop: For, outer: dict[Var, int]) -> Stmt:
-    conds = [c for c in _conditions(loop.body) if loop.var in set(walk_expr(c))]
+    conds = [
+        c
+        for c in _conditions(loop.body)
+        if isinstance(c, BinOp) and c.a.dtype.startswith("int") and loop.var in set(walk_expr(c))
+    ]
     if not conds or loop.kind not in (ForKind.SERIAL,):
         return loop
     ranges = {**outer, **_inner_ranges(loop.body)}

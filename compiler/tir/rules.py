@@ -17,7 +17,10 @@ from compiler.tir.ir import Block, For, walk_stmts
 from compiler.tir.trace import Schedule
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
-MIN_PARALLEL_WORK = 2048  # output elements below which threads cost more than they save
+# Waking the other cores costs tens of microseconds (threads sleep between kernels, see the
+# runtime): below these sizes a kernel runs faster on one core.
+MIN_PARALLEL_WORK = 1 << 15  # output elements of an elementwise/injective nest
+MIN_PARALLEL_FLOPS = 1 << 20  # arithmetic of an anchor kernel (conv, matmul)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,52 @@
+"""Live tuning progress for the terminal (rich): per-task trials and best GFLOP/s, estimated
+end-to-end latency and ETA. The same view renders local runs and, later, remote jobs' progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+
+def _ms(secs: float) -> str:
+    return f"{secs * 1e3:.3f}" if 0 < secs < float("inf") else "-"
+
+
+def render(progress: Any) -> Group:
+    """A table for a tuner.tune.Progress (or anything with the same fields)."""
+    eta = progress.eta_s
+    header = Text(
+        f"trials {progress.trials_done}/{progress.trials_total}   "
+        f"estimated latency {_ms(progress.estimated_latency_s)} ms   "
+        f"elapsed {progress.elapsed_s:.0f} s   "
+        f"ETA {'-' if eta is None or progress.finished else f'{eta:.0f} s'}"
+    )
+    table = Table(
+        "task",
+        "weight",
+        "trials",
+        "default ms",
+        "best ms",
+        "GFLOP/s",
+        "speedup",
+        box=None,
+        title_justify="left",
+    )
+    for t in progress.tasks:
+        speed = (
+            t.default_secs / t.best_secs
+            if 0 < t.best_secs < float("inf") and t.default_secs < float("inf")
+            else 0.0
+        )
+        table.add_row(
+            Text(t.name),
+            str(t.weight),
+            str(t.trials),
+            _ms(t.default_secs),
+            _ms(t.best_secs),
+            f"{t.best_gflops:.1f}" if t.best_gflops else "-",
+            f"{speed:.2f}x" if speed else "-",
+        )
+    return Group(header, table)
