@@ -72,7 +72,8 @@ class Target:
         }
 
 
-def _init_llvm() -> None:
+def init_llvm() -> None:
+    """Register LLVM's native target and printer (idempotent)."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
@@ -82,7 +83,7 @@ def _init_llvm() -> None:
 def host_target() -> Target:
     import llvmlite.binding as llvm
 
-    _init_llvm()
+    init_llvm()
     cpu = llvm.get_host_cpu_name()
     feats = llvm.get_host_cpu_features()
     enabled = sorted(k for k, v in feats.items() if v)
@@ -100,6 +101,6 @@ def parse_target(name: str | None) -> Target:
     cpu = name.strip()
     if cpu not in KNOWN_CPUS:
         raise CompilerError(f"unknown target {name!r}; use 'host' or one of: {', '.join(KNOWN_CPUS)}")
-    _init_llvm()
+    init_llvm()
     bits = 512 if cpu in _AVX512 else 256 if cpu in _AVX2 else 128
     return Target(llvm.get_process_triple(), cpu, "", bits, os.cpu_count() or 1)

@@ -18,7 +18,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm import emit_kernel
 from compiler.errors import CodegenError
-from compiler.target import Target
+from compiler.target import Target, init_llvm
 from compiler.tir.ir import PrimFunc
 
 _LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe
@@ -42,6 +42,7 @@ class CodeLibrary:
     @property
     def target_machine(self) -> llvm.TargetMachine:
         if self._tm is None:
+            init_llvm()  # idempotent; a Target unpickled in a worker process never ran it
             t = llvm.Target.from_triple(self.target.triple)
             self._tm = t.create_target_machine(
                 cpu=self.target.cpu, features=self.target.features, opt=3, reloc="pic", codemodel="default"

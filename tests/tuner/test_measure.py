@@ -1,0 +1,230 @@
+"""Measurement builds and times real compiled kernels, and turns every candidate failure into a value.
+
+Faults are injected with tiny C libraries that export the task's kernel symbol (a NULL write, an
+endless loop, zeros instead of the result, ...) and go through the same runner as real candidates.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import pickle
+import shutil
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.kernels import Candidate, build_candidate, default_schedule
+from compiler.pipeline import CompileOptions
+from compiler.target import Target, host_target
+from compiler.tir.printer import func_str
+from compiler.tir.trace import Trace
+from tests.models.builders import mlp
+from tuner.measure import (
+    WORKER_DIED,
+    BuildResult,
+    LocalBuilder,
+    LocalRunner,
+    MeasureInput,
+    MeasureOptions,
+    RunResult,
+    build_one,
+    check_output,
+    measure,
+    mp_context,
+)
+from tuner.records import ErrorKind
+from tuner.task import Task, extract_tasks, pack_inputs
+
+CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler driver (cc) to link kernels with")
+
+FAST = MeasureOptions(repeats=3, min_repeat_secs=0.001, timeout_secs=5.0)
+BAD_SPLIT = {"version": 1, "instructions": [{"prim": "split", "loop": "no_such_loop", "factors": [None, 4]}]}
+
+
+@pytest.fixture(scope="module")
+def target() -> Target:
+    return host_target()
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    # batch 32 x 128 -> 128: the first kernel's default schedule has an OpenMP parallel loop
+    return extract_tasks(mlp(32, sizes=(128, 128, 8)), CompileOptions())
+
+
+@pytest.fixture(scope="module")
+def good(tasks: list[Task], target: Target) -> Candidate:
+    result = build_one(MeasureInput(tasks[0]), target)
+    assert result.candidate is not None, result.error_message
+    return result.candidate
+
+
+def _fake(good: Candidate, tmp: Path, name: str, body: str) -> Candidate:
+    """`good` with its library replaced by C code exporting the same symbol."""
+    out_bytes = int(np.prod(good.param_shapes[-1])) * np.dtype(good.param_dtypes[-1]).itemsize
+    src = tmp / f"{name}.c"
+    src.write_text(
+        "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
+        f"#define OUT args[{len(good.param_shapes) - 1}]\n#define OUT_BYTES {out_bytes}\n"
+        f"int32_t {good.symbol}(void **args) {{ {body} }}\n"
+    )
+    lib = tmp / f"{name}.so"
+    subprocess.run([CC, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    return dataclasses.replace(good, library=lib.read_bytes())
+
+
+def _built(candidate: Candidate) -> BuildResult:
+    return BuildResult(candidate, None, "", 0.0)
+
+
+def test_default_schedules_build_and_time(tasks: list[Task], target: Target) -> None:
+    replayed = MeasureInput(tasks[0], default_schedule(tasks[0].workload)[0].trace)
+    inputs = [MeasureInput(t) for t in tasks] + [replayed]
+    with LocalBuilder(target, max_workers=2) as builder:
+        results = measure(builder, LocalRunner(FAST), inputs)
+    assert len(results) == len(inputs)
+    for build, run in results:
+        assert build.error_kind is None and build.candidate is not None, build.error_message
+        assert build.build_secs > 0
+        assert run.ok, run.error_message
+        assert len(run.run_secs) == FAST.repeats and all(s > 0 for s in run.run_secs)
+
+
+def test_invalid_trace_is_recorded_and_the_batch_goes_on(tasks: list[Task], target: Target) -> None:
+    inputs = [MeasureInput(tasks[1], Trace.from_json(BAD_SPLIT)), MeasureInput(tasks[1])]
+    with LocalBuilder(target, max_workers=1) as builder:
+        (bad_build, bad_run), (ok_build, ok_run) = measure(builder, LocalRunner(FAST), inputs)
+    assert bad_build.candidate is None and bad_build.error_kind is ErrorKind.INVALID
+    assert "no_such_loop" in bad_build.error_message
+    assert bad_run.error_kind is ErrorKind.INVALID and bad_run.run_secs == ()
+    assert ok_build.error_kind is None and ok_run.ok
+
+
+def test_faulty_candidates_become_error_kinds(tasks: list[Task], good: Candidate, tmp_path: Path) -> None:
+    cases = {
+        "segfault": ("*(volatile int *)0 = 1; return 0;", ErrorKind.CRASH, "SIGSEGV"),
+        "abort": ("abort();", ErrorKind.CRASH, "SIGABRT"),
+        "hang": ("volatile int spin = 1; while (spin) {} return 0;", ErrorKind.TIMEOUT, "timeout"),
+        "zeros": ("memset(OUT, 0, OUT_BYTES); return 0;", ErrorKind.WRONG, "max abs error"),
+        "untouched": ("return 0;", ErrorKind.WRONG, "max abs error inf"),
+        "status": ("return 3;", ErrorKind.RUNTIME, "kernel returned 3"),
+    }
+    candidates = [_fake(good, tmp_path, name, body) for name, (body, _, _) in cases.items()]
+    wrong_symbol = dataclasses.replace(good, symbol="not_exported")
+    builds = [_built(good), *map(_built, candidates), _built(wrong_symbol), _built(good)]
+    inputs = [MeasureInput(tasks[0])] * len(builds)
+    options = dataclasses.replace(FAST, timeout_secs=3.0)
+
+    results = LocalRunner(options).run(inputs, builds)
+
+    assert len(results) == len(builds)
+    assert results[0].ok and results[-1].ok, (results[0], results[-1])
+    for (name, (_, kind, words)), result in zip(cases.items(), results[1:], strict=False):
+        assert result.error_kind is kind, (name, result)
+        assert words in result.error_message, (name, result.error_message)
+        assert result.run_secs == ()
+    assert results[-2].error_kind is ErrorKind.RUNTIME and "not_exported" in results[-2].error_message
+
+
+def test_measuring_after_the_parent_ran_openmp_does_not_hang(
+    tasks: list[Task], good: Candidate, tmp_path: Path
+) -> None:
+    # libgomp is not fork-safe: a forked child of a process that ran a parallel region hangs in its
+    # own first one. Run the OpenMP kernel here first, then measure it in a child process.
+    assert b"GOMP_parallel" in good.library
+    path = tmp_path / "good.so"
+    path.write_bytes(good.library)
+    kernel = ctypes.CDLL(str(path))[good.symbol]
+    kernel.restype = ctypes.c_int32
+    feeds = pack_inputs(tasks[0].inputs(0), good.layouts)
+    arrays = [np.ascontiguousarray(feeds[p.name]) for p in tasks[0].workload.func.params[:-1]]
+    arrays.append(np.empty(good.param_shapes[-1], good.param_dtypes[-1]))
+    assert kernel((ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))) == 0
+
+    (result,) = LocalRunner(FAST).run([MeasureInput(tasks[0])], [_built(good)])
+    assert result.ok, result.error_message
+
+
+def test_executors_run_the_same_units_of_work(
+    tasks: list[Task], good: Candidate, target: Target, tmp_path: Path
+) -> None:
+    segfault = _fake(good, tmp_path, "segv", "*(volatile int *)0 = 1; return 0;")
+    with ProcessPoolExecutor(1, mp_context=mp_context()) as executor:
+        builds = LocalBuilder(target, executor=executor).build([MeasureInput(tasks[1])])
+        runner = LocalRunner(FAST, executor=executor)
+        crashed, fine = runner.run([MeasureInput(tasks[0])] * 2, [_built(segfault), _built(good)])
+    assert builds[0].error_kind is None and builds[0].candidate is not None
+    assert crashed.error_kind is ErrorKind.CRASH  # the child died, not the executor's worker
+    assert fine.ok, fine.error_message
+
+
+class _KillsTheWorker:
+    """Unpickling it ends the process that unpickles it (a builder worker)."""
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return os._exit, (13,)
+
+
+def test_a_dying_builder_worker_is_charged_to_its_input(tasks: list[Task], target: Target) -> None:
+    bomb = MeasureInput(dataclasses.replace(tasks[1], workload=_KillsTheWorker()))  # type: ignore[arg-type]
+    with LocalBuilder(target, max_workers=2) as builder:
+        first, died, last = builder.build([MeasureInput(tasks[1]), bomb, MeasureInput(tasks[0])])
+        (after,) = builder.build([MeasureInput(tasks[1])])
+    assert died.candidate is None and died.error_kind is ErrorKind.BUILD and died.error_message == WORKER_DIED
+    for result in (first, last, after):
+        assert result.error_kind is None and result.candidate is not None, result.error_message
+
+
+def test_compiler_values_pickle(tasks: list[Task], good: Candidate, target: Target) -> None:
+    task = tasks[0]
+    trace = default_schedule(task.workload)[0].trace
+    again: Task = pickle.loads(pickle.dumps(task))
+    # IR nodes compare by identity, so check behaviour: same IR text, same key, same reference, same code
+    assert again.key == task.key and again.weight == task.weight and again.flops == task.flops
+    assert func_str(again.workload.func) == func_str(task.workload.func)
+    feeds = task.inputs(0)
+    np.testing.assert_array_equal(again.reference(feeds), task.reference(feeds))
+    assert pickle.loads(pickle.dumps(trace)) == trace
+    assert pickle.loads(pickle.dumps(good)) == good
+    assert pickle.loads(pickle.dumps(target)) == target
+    rebuilt = build_candidate(again.workload, pickle.loads(pickle.dumps(trace)), target)
+    assert rebuilt.library == build_candidate(task.workload, trace, target).library
+    results = (
+        BuildResult(good, None, "", 1.0),
+        RunResult((1e-3,), None, ""),
+        RunResult((), ErrorKind.CRASH, "x"),
+    )
+    assert [pickle.loads(pickle.dumps(r)) for r in results] == list(results)
+    assert pickle.loads(pickle.dumps(MeasureInput(task, trace))).trace == trace
+
+
+def test_check_output_scales_by_the_reference_and_names_the_error() -> None:
+    ref = np.array([[100.0, -0.5], [np.nan, np.inf]], np.float32)
+    assert check_output(ref.copy(), ref, rtol=1e-3, atol=1e-4) is None
+    assert check_output(ref + np.float32(0.05), ref, rtol=1e-3, atol=1e-4) is None  # within 1e-3 * 100
+    off = ref.copy()
+    off[0, 1] = 2.0
+    message = check_output(off, ref, rtol=1e-3, atol=1e-4)
+    assert message is not None and "max abs error 2.5 at [0, 1]" in message
+    nan = ref.copy()
+    nan[0, 0] = np.nan
+    assert check_output(nan, ref, rtol=1e-3, atol=1e-4) is not None
+    assert check_output(np.zeros(3, np.float32), ref, rtol=1e-3, atol=1e-4) is not None
+
+
+def test_measure_options_reject_nonsense() -> None:
+    with pytest.raises(ValueError, match="repeats"):
+        MeasureOptions(repeats=0)
+    with pytest.raises(ValueError, match="timeout"):
+        MeasureOptions(timeout_secs=0)
+
+
+def test_runner_needs_one_build_per_input(tasks: list[Task]) -> None:
+    with pytest.raises(ValueError, match="build results"):
+        LocalRunner().run([MeasureInput(tasks[0])], [])

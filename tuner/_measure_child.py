@@ -1,0 +1,104 @@
+"""The body of the short-lived process that loads one candidate library and times its kernel.
+
+It runs in a process of its own so that a segfault, an abort or an endless loop in generated code
+costs only this process. It imports the standard library alone (no numpy, no compiler) so that it
+starts in milliseconds; the parent sends raw bytes and does every numerical comparison itself.
+
+Protocol over a duplex pipe: the child makes one call, sends ("output", bytes) with what the
+kernel wrote; the parent answers True to have it timed (then the child sends ("timing", secs)) or
+False to stop. Any failure the child can observe is sent as ("error", message).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import shutil
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+ALIGN = 64
+_MAX_NUMBER = 10_000_000  # calls per repeat, whatever the calibration says
+
+
+class _KernelFailed(Exception):
+    pass
+
+
+def _aligned(data: bytes | None, nbytes: int, keep: list[Any]) -> int:
+    """Address of ALIGN-aligned memory holding `data` (or 0xFF bytes: NaN for floats)."""
+    raw = ctypes.create_string_buffer(nbytes + ALIGN)
+    keep.append(raw)
+    addr = ctypes.addressof(raw)
+    addr += -addr % ALIGN
+    if data is None:
+        ctypes.memset(addr, 0xFF, nbytes)
+    else:
+        ctypes.memmove(addr, data, nbytes)
+    return addr
+
+
+def _load(library: bytes, symbol: str) -> Any:
+    """dlopen the library from a private temp dir (removed at once) and find the kernel."""
+    directory = tempfile.mkdtemp(prefix="temper-measure-")
+    try:
+        path = os.path.join(directory, "candidate.so")
+        with open(path, "wb") as out:
+            out.write(library)
+        lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    fn = getattr(lib, symbol)
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    return fn
+
+
+def _calls(fn: Any, args: Any, number: int) -> float:
+    """Seconds taken by `number` back-to-back calls (a non-zero return code stops the run)."""
+    start = time.perf_counter()
+    for _ in range(number):
+        code = fn(args)
+        if code:
+            raise _KernelFailed(f"kernel returned {code}")
+    return time.perf_counter() - start
+
+
+def measure_child(
+    conn: Connection,
+    library: bytes,
+    symbol: str,
+    inputs: list[bytes],
+    out_nbytes: int,
+    warmup: int,
+    repeats: int,
+    min_repeat_secs: float,
+) -> None:
+    """Load, call once and report the output; if asked, warm up and time `repeats` repeats, each
+    the mean per call over enough calls to last `min_repeat_secs`."""
+    # the kernels' parallel loops run on libgomp, which reads this when the library is loaded
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        fn = _load(library, symbol)
+        keep: list[Any] = []
+        pointers = [_aligned(data, len(data), keep) for data in inputs]
+        out = _aligned(None, out_nbytes, keep)
+        args = (ctypes.c_void_p * (len(pointers) + 1))(*pointers, out)
+        _calls(fn, args, 1)
+        conn.send(("output", ctypes.string_at(out, out_nbytes)))
+        if not conn.recv():
+            return
+        _calls(fn, args, warmup)
+        once = _calls(fn, args, 1)
+        number = max(1, min(_MAX_NUMBER, math.ceil(min_repeat_secs / max(once, 1e-9))))
+        secs = tuple(_calls(fn, args, number) / number for _ in range(repeats))
+        conn.send(("timing", secs))
+    except Exception as exc:  # everything observable here is the candidate's failure, sent as data
+        with contextlib.suppress(OSError):  # the parent may have given up already
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()

@@ -1,0 +1,238 @@
+"""The tuning loop: tasks -> rounds of (propose, build, run, record) until the budget is spent.
+
+Resumable by construction: every measurement is committed to the database as it completes, the
+search never re-measures a trace the database already holds for the task and target, and the
+best-so-far state is rebuilt from the database when a run starts.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from compiler.errors import ScheduleError
+from compiler.pipeline import CompileOptions, ModelInput
+from compiler.target import Target, parse_target
+from compiler.tir.trace import Trace, replay
+from compiler.version import __version__
+from tuner.cost_model import CostModel, XGBoostModel
+from tuner.features import extract
+from tuner.records import Database, TuningRecord, WorkloadEntry
+from tuner.scheduler import TaskScheduler
+from tuner.search import TaskState, propose
+from tuner.space import default_trace
+from tuner.task import Task, extract_tasks
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    trials: int = 64  # total measured candidates over all tasks (defaults included)
+    timeout_s: float | None = None  # wall-clock budget
+    batch: int = 8  # candidates per round
+    epsilon: float = 0.2  # share of each batch picked at random (exploration)
+    patience: int = 3  # rounds without improvement before a task counts as converged
+    seed: int = 0
+
+
+@dataclass
+class TaskReport:
+    name: str
+    key: str
+    weight: int
+    flops: int
+    trials: int
+    best_secs: float
+    default_secs: float
+
+    @property
+    def best_gflops(self) -> float:
+        return self.flops / self.best_secs / 1e9 if 0 < self.best_secs < float("inf") else 0.0
+
+
+@dataclass
+class Progress:
+    """Snapshot sent to the progress callback after every round (and at the end)."""
+
+    trials_done: int
+    trials_total: int
+    elapsed_s: float
+    estimated_latency_s: float
+    tasks: list[TaskReport]
+    curve: list[tuple[int, float]] = field(default_factory=list)  # (trials, estimated latency)
+    finished: bool = False
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.trials_done == 0:
+            return None
+        return self.elapsed_s / self.trials_done * max(0, self.trials_total - self.trials_done)
+
+
+def _describe(task: Task) -> dict[str, Any]:
+    return {
+        "name": task.name,
+        "ops": [c.op for c in task.group.body.calls()],
+        "params": [[list(p.shape), p.dtype] for p in task.workload.func.params],
+        "anchor": task.workload.anchor_op,
+    }
+
+
+def _features_of(task: Task, trace: Trace) -> Any:
+    sch = replay(task.workload.func, trace, task.workload.const_params)
+    return extract(sch.func, task.flops, task.workload.info.anchor_block)
+
+
+def warm_start(model: CostModel, db: Database, tasks: list[Task], target: Target) -> int:
+    """Train on the records the database already has for these workloads on this target."""
+    by_key = {t.key: t for t in tasks}
+    feats, ys, groups = [], [], []
+    for rec in db.iter_records(target.key):
+        task = by_key.get(rec.workload_key)
+        if task is None:
+            continue
+        try:
+            f = _features_of(task, Trace.from_json(dict(rec.trace)))
+        except ScheduleError:
+            continue
+        feats.append(f)
+        ys.append(task.flops / rec.seconds if rec.ok else 0.0)
+        groups.append(task.key)
+    if feats:
+        model.update(feats, ys, groups)
+    return len(feats)
+
+
+def tune(
+    model: ModelInput,
+    options: CompileOptions,
+    db: Database,
+    topts: TuneOptions,
+    builder: Any = None,
+    runner: Any = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    cost_model: CostModel | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Progress:
+    """Tune every task of `model` for the target in `options`; returns the final progress."""
+    from tuner.measure import LocalBuilder, LocalRunner, MeasureInput, measure
+
+    target = parse_target(options.target)
+    tasks = extract_tasks(model, options)
+    builder = builder or LocalBuilder(target=target)
+    runner = runner or LocalRunner()
+    cost_model = cost_model or XGBoostModel(seed=topts.seed)
+    rng = random.Random(topts.seed)
+    states = []
+    for task in tasks:
+        db.commit_workload(WorkloadEntry(task.key, _describe(task), task.flops))
+        st = TaskState(task)
+        for rec in db.records(task.key, target.key):  # resume: what is recorded is not measured again
+            st.measured.add(rec.trace_hash)
+            st.secs_by_hash[rec.trace_hash] = rec.seconds
+            st.trials += 1
+            if rec.ok and rec.seconds < st.best_secs:
+                st.best_secs, st.best_record_id = rec.seconds, rec.id
+            if rec.ok:
+                st.elite.append((rec.seconds, dict(rec.trace.get("decisions", {}))))
+        st.elite.sort(key=lambda e: e[0])
+        states.append(st)
+    warm_start(cost_model, db, tasks, target)
+    sched = TaskScheduler(states, patience=topts.patience)
+    start = time.monotonic()
+    done = 0
+    curve: list[tuple[int, float]] = []
+
+    def snapshot(finished: bool = False) -> Progress:
+        reports = [
+            TaskReport(
+                s.task.name, s.task.key, s.task.weight, s.task.flops, s.trials, s.best_secs, s.default_secs
+            )
+            for s in states
+        ]
+        return Progress(
+            done,
+            topts.trials,
+            time.monotonic() - start,
+            sched.estimated_latency(),
+            reports,
+            list(curve),
+            finished,
+        )
+
+    def out_of_budget() -> bool:
+        if done >= topts.trials:
+            return True
+        if topts.timeout_s is not None and time.monotonic() - start >= topts.timeout_s:
+            return True
+        return bool(should_stop and should_stop())
+
+    def run_batch(state: TaskState, traces: list[Trace]) -> None:
+        nonlocal done
+        inputs = [MeasureInput(state.task, t) for t in traces]
+        results = measure(builder, runner, inputs)
+        feats, ys = [], []
+        for trace, (build, run) in zip(traces, results, strict=True):
+            error = build.error_kind or run.error_kind
+            message = build.error_message if build.error_kind else run.error_message
+            rec = TuningRecord(
+                state.task.key,
+                target.key,
+                trace.to_json(),
+                tuple(run.run_secs) if error is None else (),
+                error,
+                message,
+                __version__,
+            )
+            rid = db.commit_record(rec)
+            secs = rec.seconds
+            state.add(secs, trace, rid)
+            done += 1
+            try:
+                feats.append(_features_of(state.task, trace))
+                ys.append(state.task.flops / secs if secs < float("inf") else 0.0)
+            except ScheduleError:
+                pass
+        if feats:
+            cost_model.update(feats, ys, [state.task.key] * len(feats))
+
+    # the default schedule of every task is always measured: tuned is never slower than untuned
+    for st in states:
+        if out_of_budget():
+            break
+        d = default_trace(st.task.workload)
+        before = st.best_secs
+        if _hash(d) not in st.measured:
+            run_batch(st, [d])
+            sched.record_round(st, before)
+        st.default_secs = st.secs_by_hash.get(_hash(d), float("inf"))
+    curve.append((done, sched.estimated_latency()))
+    if on_progress:
+        on_progress(snapshot())
+    while not out_of_budget():
+        st = sched.next()
+        if st is None:
+            break
+        n = min(topts.batch, topts.trials - done)
+        cands = propose(st, cost_model, n, rng, topts.epsilon)
+        if not cands:
+            st.rounds_without_gain = topts.patience  # space exhausted
+            continue
+        before = st.best_secs
+        run_batch(st, [c.trace for c in cands])
+        sched.record_round(st, before)
+        curve.append((done, sched.estimated_latency()))
+        if on_progress:
+            on_progress(snapshot())
+    final = snapshot(finished=True)
+    if on_progress:
+        on_progress(final)
+    return final
+
+
+def _hash(trace: Trace) -> str:
+    from tuner.records import trace_hash
+
+    return trace_hash(trace.to_json())
