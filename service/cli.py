@@ -116,6 +116,50 @@ ShapeOpt = Annotated[
 ]
 
 
+DbOpt = Annotated[
+    str | None,
+    typer.Option("--db", metavar="URL", help="Database URL (default: temper.sqlite in the data directory)."),
+]
+
+
+def _db_url(db: str | None) -> str:
+    from storage.session import default_data_dir, default_url
+
+    return db or default_url(default_data_dir())
+
+
+@contextmanager
+def storage_errors() -> Iterator[None]:
+    """Database and records-file failures as one-line messages, exit code 2."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from storage.errors import StorageError
+    from storage.records import describe_error
+
+    try:
+        yield
+    except StorageError as exc:
+        raise fail(str(exc)) from None
+    except SQLAlchemyError as exc:
+        raise fail(f"database error: {describe_error(exc)}") from None
+
+
+def _open_schedules(db: str | None, no_tuned: bool) -> Any:
+    """The tuned-schedule source for compile: the given --db, else the default database if it
+    exists (compiling never creates one); None with --no-tuned."""
+    if no_tuned:
+        return None
+    from storage.session import sqlite_path
+
+    url = _db_url(db)
+    path = sqlite_path(url)
+    if db is None and path is not None and not path.exists():
+        return None
+    from storage import SqlDatabase
+
+    return SqlDatabase(url)
+
+
 @app.command("compile")
 def compile_command(
     model: ModelArg,
@@ -126,22 +170,93 @@ def compile_command(
     dump_ir: Annotated[
         Path | None, typer.Option("--dump-ir", file_okay=False, help="Write every stage's IR to DIR.")
     ] = None,
+    db: DbOpt = None,
+    no_tuned: Annotated[
+        bool, typer.Option("--no-tuned", help="Ignore tuning records: default schedules only.")
+    ] = False,
+    override: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--override",
+            metavar="NODE=record:ID|NODE=TRACE.json",
+            help="Pin the schedule of the kernel holding ONNX node NODE (repeatable).",
+        ),
+    ] = None,
 ) -> None:
-    """Compile an ONNX model to a self-contained artifact."""
+    """Compile an ONNX model to a self-contained artifact (tuned schedules from the database)."""
     shapes = parse_shapes(shape)
-    with user_errors():
-        from compiler.pipeline import compile_model
+    with user_errors(), storage_errors():
+        from dataclasses import replace
 
-        compiled = compile_model(model, _options(target, opt_level, shapes, dump_ir))
+        from compiler.pipeline import compile_model
+        from tuner.apply import DatabaseSource, parse_override
+
+        database = _open_schedules(db, no_tuned)
+        try:
+            pins = dict(parse_override(spec, database) for spec in override or [])
+            options = replace(_options(target, opt_level, shapes, dump_ir), overrides=pins)
+            source = DatabaseSource(database) if database is not None else None
+            compiled = compile_model(model, options, source)
+        finally:
+            if database is not None:
+                database.close()
         digest = compiled.save(output)
         manifest = compiled.manifest
     out.print(f"wrote {output}  sha256 {digest}", markup=False, soft_wrap=True)
     kernels = manifest.get("kernels") or []
     table = Table("kernel", "schedule", "flops", title=f"{len(kernels)} kernel(s)", title_justify="left")
     for kernel in kernels:
-        source = (kernel.get("schedule") or {}).get("source", "?")
-        table.add_row(*_cells(str(kernel.get("name")), str(source), f"{kernel.get('flops', 0):,}"))
+        sched = kernel.get("schedule") or {}
+        source = str(sched.get("source", "?"))
+        if sched.get("record_id") is not None:
+            source += f" #{sched['record_id']} ({sched.get('measured_s', 0) * 1e3:.3f} ms)"
+        table.add_row(*_cells(str(kernel.get("name")), source, f"{kernel.get('flops', 0):,}"))
     out.print(table)
+
+
+@app.command("tune")
+def tune_command(
+    model: ModelArg,
+    shape: ShapeOpt = None,
+    trials: Annotated[
+        int, typer.Option("--trials", min=1, help="Total measured candidates (all tasks).")
+    ] = 64,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0.0, metavar="MIN", help="Stop after this many minutes.")
+    ] = None,
+    db: DbOpt = None,
+    target: TargetOpt = "host",
+    opt_level: OptLevelOpt = 3,
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Candidates measured per round.")] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Search seed.")] = 0,
+) -> None:
+    """Tune a model's kernels for the target; every measurement is recorded in the database.
+
+    --trials is the total budget, records from earlier runs included: re-running a stopped run
+    continues where it stopped, and recorded candidates are never measured again.
+    """
+    shapes = parse_shapes(shape)
+    with user_errors(), storage_errors():
+        from rich.live import Live
+
+        from service.progress import render
+        from storage import SqlDatabase
+        from tuner.tune import TuneOptions, tune
+
+        options = _options(target, opt_level, shapes, None)
+        topts = TuneOptions(
+            trials=trials, timeout_s=None if timeout is None else timeout * 60, batch=batch, seed=seed
+        )
+        with SqlDatabase(_db_url(db)) as database, Live(console=out, auto_refresh=False) as live:
+            final = tune(
+                model, options, database, topts, on_progress=lambda p: live.update(render(p), refresh=True)
+            )
+    out.print(
+        f"tuned {final.trials_done} candidate(s); estimated latency "
+        f"{final.estimated_latency_s * 1e3:.3f} ms; records in {_db_url(db)}",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _random_input(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
@@ -251,33 +366,6 @@ records_app = typer.Typer(help="Export and import tuning records as JSON lines."
 db_app = typer.Typer(help="Manage the database that keeps tuning records.", no_args_is_help=True)
 app.add_typer(records_app, name="records")
 app.add_typer(db_app, name="db")
-
-DbOpt = Annotated[
-    str | None,
-    typer.Option("--db", metavar="URL", help="Database URL (default: temper.sqlite in the data directory)."),
-]
-
-
-def _db_url(db: str | None) -> str:
-    from storage.session import default_data_dir, default_url
-
-    return db or default_url(default_data_dir())
-
-
-@contextmanager
-def storage_errors() -> Iterator[None]:
-    """Database and records-file failures as one-line messages, exit code 2."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from storage.errors import StorageError
-    from storage.records import describe_error
-
-    try:
-        yield
-    except StorageError as exc:
-        raise fail(str(exc)) from None
-    except SQLAlchemyError as exc:
-        raise fail(f"database error: {describe_error(exc)}") from None
 
 
 @records_app.command("export")

@@ -29,7 +29,7 @@ from tuner.task import Task, extract_tasks
 
 @dataclass(frozen=True)
 class TuneOptions:
-    trials: int = 64  # total measured candidates over all tasks (defaults included)
+    trials: int = 64  # total measured candidates over all tasks (defaults and earlier runs included)
     timeout_s: float | None = None  # wall-clock budget
     batch: int = 8  # candidates per round
     epsilon: float = 0.2  # share of each batch picked at random (exploration)
@@ -142,7 +142,8 @@ def tune(
     warm_start(cost_model, db, tasks, target)
     sched = TaskScheduler(states, patience=topts.patience)
     start = time.monotonic()
-    done = 0
+    # the budget counts what is already recorded: a killed run re-run with the same budget finishes it
+    done = sum(st.trials for st in states)
     curve: list[tuple[int, float]] = []
 
     def snapshot(finished: bool = False) -> Progress:

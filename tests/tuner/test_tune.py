@@ -1,0 +1,169 @@
+"""End to end tuning: records are produced, resumable, applied at compile time, numerics hold."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import compiler.runtime
+from compiler.kernels import ScheduleChoice
+from compiler.pipeline import CompileOptions, compile_model
+from compiler.target import host_target
+from storage.records import SqlDatabase
+from tuner.apply import DatabaseSource, parse_override
+from tuner.tune import TuneOptions, tune
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def twin_conv_model() -> onnx.ModelProto:
+    """Two identical conv+relu blocks (one workload, weight 2) and a matmul head."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.2, n)
+        for n in ("w1", "w2")
+    ]
+    inits.append(
+        numpy_helper.from_array(rng.standard_normal((16 * 8 * 8, 10)).astype(np.float32) * 0.1, "fc")
+    )
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv_a"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu_a"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv_b"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu_b"),
+        helper.make_node("Flatten", ["r2"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "fc"], ["y"], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "twin",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _run(model: onnx.ModelProto, compiled, tmp_path: Path) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    path = tmp_path / "m.temper"
+    compiled.save(path)
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    got = compiler.runtime.load(path).run({"x": x})["y"]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    return got, want
+
+
+def test_tuning_records_are_applied_and_outputs_still_match(tmp_path: Path) -> None:
+    model = twin_conv_model()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    final = tune(model.SerializeToString(), CompileOptions(), db, TuneOptions(trials=12, batch=4))
+    assert final.trials_done == 12
+    assert [t.weight for t in final.tasks] == [2, 1]
+    target = host_target().key
+    for task in final.tasks:
+        records = db.records(task.key, target)
+        assert records, task.name
+        hashes = [r.trace_hash for r in records]
+        assert len(hashes) == len(set(hashes))  # nothing measured twice
+        assert task.best_secs <= task.default_secs  # the default is always measured
+    compiled = compile_model(model.SerializeToString(), CompileOptions(), DatabaseSource(db))
+    provenance = [k["schedule"] for k in compiled.manifest["kernels"]]
+    assert all(p["source"] == "record" and p["record_id"] and p["measured_s"] > 0 for p in provenance)
+    got, want = _run(model, compiled, tmp_path)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # records of another target are never used
+    other = compile_model(
+        model.SerializeToString(), CompileOptions(target="skylake-avx512"), DatabaseSource(db)
+    )
+    assert all(k["schedule"]["source"] == "default" for k in other.manifest["kernels"])
+
+
+def test_override_pins_one_node_and_leaves_the_twin_alone(tmp_path: Path) -> None:
+    model = twin_conv_model()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(model.SerializeToString(), CompileOptions(), db, TuneOptions(trials=6, batch=4))
+    conv_key = compile_model(model.SerializeToString(), CompileOptions()).manifest["kernels"][0][
+        "workload_key"
+    ]
+    records = [r for r in db.records(conv_key, host_target().key) if r.ok]
+    pinned = max(records, key=lambda r: r.seconds)  # the slowest: surely not what the database would pick
+    node, choice = parse_override(f"conv_b=record:{pinned.id}", db)
+    assert isinstance(choice, ScheduleChoice)
+    options = CompileOptions(overrides={node: choice})
+    compiled = compile_model(model.SerializeToString(), options, DatabaseSource(db))
+    by_node = {tuple(k["nodes"]): k["schedule"] for k in compiled.manifest["kernels"]}
+    conv_b = next(s for nodes, s in by_node.items() if "conv_b" in nodes)
+    conv_a = next(s for nodes, s in by_node.items() if "conv_a" in nodes)
+    assert conv_b["source"] == "override" and conv_b["record_id"] == pinned.id
+    assert conv_a["source"] == "record"
+    assert conv_a["record_id"] != pinned.id or len(records) == 1
+    got, want = _run(model, compiled, tmp_path)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_overrides_are_clear_errors(tmp_path: Path) -> None:
+    from compiler.errors import CompilerError
+
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with pytest.raises(CompilerError, match="must look like"):
+        parse_override("conv_b", db)
+    with pytest.raises(CompilerError, match="no tuning record 999"):
+        parse_override("conv_b=record:999", db)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(CompilerError, match="not JSON"):
+        parse_override(f"conv_b={bad}", db)
+
+
+def test_killed_tuning_run_resumes_without_losing_or_remeasuring(tmp_path: Path) -> None:
+    model_path = tmp_path / "twin.onnx"
+    onnx.save(twin_conv_model(), model_path)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "tune",
+        str(model_path),
+        "--trials",
+        "40",
+        "--batch",
+        "2",
+        "--db",
+        url,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    db = SqlDatabase(url)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and sum(1 for _ in db.iter_records()) < 6:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {r.id: r.trace_hash for r in db.iter_records()}
+    assert len(before) >= 6
+    done = subprocess.run(
+        [*cmd[:5], "--trials", "40", "--batch", "4", "--db", url],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    after = {r.id: (r.workload_key, r.trace_hash) for r in db.iter_records()}
+    assert set(before) <= set(after)  # nothing committed was lost
+    assert len(set(after.values())) == len(after)  # no trace measured twice
+    assert len(after) == 40  # the resumed run spent only the rest of the budget
