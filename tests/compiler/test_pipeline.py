@@ -1,0 +1,72 @@
+"""The pipeline as a user drives it: every stage printable, IR dumps, named targets, opt levels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compiler.errors import CompilerError
+from compiler.pipeline import STAGES, CompileOptions, compile_model, inspect_model
+from tests.compiler.test_tuning_helpers import small_conv_model
+
+
+@pytest.fixture(scope="module")
+def model() -> bytes:
+    return small_conv_model().SerializeToString()
+
+
+def test_every_stage_prints(model: bytes) -> None:
+    texts = {stage: inspect_model(model, stage, CompileOptions()) for stage in STAGES}
+    assert "conv2d(" in texts["graph"] and "def @main" in texts["graph"]
+    assert "fused" in texts["fused"]
+    assert "with block('conv2d'" in texts["tir"]
+    assert "parallel(" in texts["scheduled"] or "vectorized(" in texts["scheduled"]
+    assert "define" in texts["llvm"] and "fmul" in texts["llvm"]
+    assert "vfmadd" in texts["asm"] or "vmulps" in texts["asm"]
+
+
+def test_inspect_one_kernel_by_name_or_node(model: bytes) -> None:
+    scheduled = inspect_model(model, "scheduled", CompileOptions())
+    first = scheduled.split("def ", 1)[1].split("(", 1)[0]
+    one = inspect_model(model, "tir", CompileOptions(), kernel=first)
+    assert one.count("@prim_func") == 1
+    by_node = inspect_model(model, "tir", CompileOptions(), kernel="conv")
+    assert by_node.count("@prim_func") == 1
+    with pytest.raises(CompilerError, match="no kernel 'nope'"):
+        inspect_model(model, "tir", CompileOptions(), kernel="nope")
+    with pytest.raises(CompilerError, match="unknown stage"):
+        inspect_model(model, "bytecode", CompileOptions())
+
+
+def test_dump_ir_writes_every_stage_of_every_kernel(model: bytes, tmp_path: Path) -> None:
+    compiled = compile_model(model, CompileOptions(dump_ir=str(tmp_path)))
+    for name in ("graph.txt", "optimized.txt", "fused.txt", "module.ll", "module.s"):
+        assert (tmp_path / name).read_text().strip(), name
+    for k in compiled.kernels:
+        for suffix in (".tir.py", ".scheduled.py", ".trace.json"):
+            assert (tmp_path / "kernels" / f"{k.symbol}{suffix}").read_text().strip()
+
+
+@pytest.mark.parametrize(("cpu", "register"), [("skylake-avx512", "%zmm"), ("haswell", "%ymm")])
+def test_named_targets_generate_their_vector_width(model: bytes, cpu: str, register: str) -> None:
+    asm = inspect_model(model, "asm", CompileOptions(target=cpu))
+    assert register in asm
+    compiled = compile_model(model, CompileOptions(target=cpu))
+    assert compiled.manifest["target"]["cpu"] == cpu
+
+
+def test_unknown_target_and_bad_opt_level_are_clear_errors(model: bytes) -> None:
+    with pytest.raises(CompilerError, match=r"unknown target 'pentium-9000'.*znver4"):
+        compile_model(model, CompileOptions(target="pentium-9000"))
+    with pytest.raises(CompilerError, match=r"opt level must be 0\.\.3"):
+        CompileOptions(opt_level=7)
+
+
+def test_opt_levels_choose_passes_and_fusion(model: bytes) -> None:
+    low = compile_model(model, CompileOptions(opt_level=0)).manifest
+    high = compile_model(model, CompileOptions(opt_level=3)).manifest
+    assert "fuse_ops" in high["passes"] and "fuse_ops" not in low["passes"]
+    assert len(high["kernels"]) < len(low["kernels"])
+    for k in high["kernels"]:
+        assert len(k["workload_key"]) == 24 and k["schedule"]["source"] == "default"
