@@ -77,14 +77,13 @@ def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
         nt = min(nt, cols)
         max_rows = max(1, (regs - nvec - 1) // nvec)
         mt = max(d for d in range(1, min(rows, max_rows) + 1) if rows % d == 0)
-        score = mt * nt / lanes - (0.5 if nt < lanes else 0)
+        if rows >= 8 * max_rows and mt < max_rows:  # a row tail costs one partial tile of many
+            mt = max_rows
+        # FMAs per load (mt broadcasts + nvec vector loads feed mt * nvec FMAs), then accumulators
+        score = mt * nvec / (mt + nvec) + 0.01 * mt * nvec - (0.5 if nt < lanes else 0)
         if score > best_score:
             best, best_score = (mt, nt), score
     return best
-
-
-def _divisors(n: int, limit: int) -> list[int]:
-    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
 def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
@@ -116,7 +115,8 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     )
     nt = sch.decide("nt", nt_options, nt0)
     nvec = max(1, -(-nt // lanes))
-    mt = sch.decide("mt", _divisors(M, max(1, (regs - nvec - 1) // nvec)) or [1], mt0 if nt == nt0 else 1)
+    max_rows = max(1, (regs - nvec - 1) // nvec)
+    mt = sch.decide("mt", list(range(1, min(M, max_rows) + 1)), mt0 if nt == nt0 else 1)
     io, ii = sch.split(li, [None, mt])
     jo, ji = sch.split(lj, [None, nt])
     jvo, jv = sch.split(ji, [None, min(lanes, nt)])
@@ -133,7 +133,10 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     for iv in blk.iter_vars[:-3]:
         batch_size *= iv.extent
     small = 2 * batch_size * M * N * K < MIN_PARALLEL_FLOPS
-    mode = sch.decide("parallel", ["tiles", "outer", "none"], "none" if small else "tiles")
+    # a row tail (mt not dividing M) must sit in a serial loop so loop partitioning peels it off
+    mode = sch.decide(
+        "parallel", ["tiles", "outer", "none"], "none" if small else "outer" if M % mt else "tiles"
+    )
     if mode == "outer":
         outer = sch.fuse(*batch, first) if batch else first
         tile_loop = second
