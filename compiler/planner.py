@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import Call, Const, Graph, Var
+from compiler.graph.ir import Call, Const, Graph
 from compiler.kernels import Kernel
 from compiler.tir.ir import Layout
 
@@ -178,5 +178,3 @@ def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str
     }
     return plan, bytes(params)
 
-
-__all__ = ["Var", "make_plan", "pack_constant"]

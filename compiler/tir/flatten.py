@@ -25,10 +25,8 @@ from compiler.tir.ir import (
     Stmt,
     Store,
     Var,
-    map_expr,
     map_stmt,
     seq,
-    substitute,
     substitute_stmt,
     walk_expr,
 )
@@ -219,5 +217,3 @@ def free_vars(s: Stmt) -> set[Var]:
     go(s)
     return used - bound
 
-
-__all__ = ["flatten", "free_vars", "map_expr", "place_allocations", "substitute"]
