@@ -25,6 +25,7 @@ from tuner.scheduler import TaskScheduler
 from tuner.search import TaskState, propose
 from tuner.space import default_trace
 from tuner.task import Task, extract_tasks
+from tuner.workloads import describe, rebuild
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,7 @@ class Progress:
 
 
 def _describe(task: Task) -> dict[str, Any]:
-    return {
-        "name": task.name,
-        "ops": [c.op for c in task.group.body.calls()],
-        "params": [[list(p.shape), p.dtype] for p in task.workload.func.params],
-        "anchor": task.workload.anchor_op,
-    }
+    return describe(task.name, task.group, task.workload.const_params, task.workload.anchor_op)
 
 
 def _features_of(task: Task, trace: Trace) -> Any:
@@ -85,21 +81,29 @@ def _features_of(task: Task, trace: Trace) -> Any:
     return extract(sch.func, task.flops, task.workload.info.anchor_block)
 
 
-def warm_start(model: CostModel, db: Database, tasks: list[Task], target: Target) -> int:
-    """Train on the records the database already has for these workloads on this target."""
-    by_key = {t.key: t for t in tasks}
+def warm_start(model: CostModel, db: Database, tasks: list[Task], target: Target, limit: int = 4000) -> int:
+    """Train on the records the database already has for this target: those of the tasks at hand
+    and those of other workloads (rebuilt from their descriptions), newest `limit` first."""
+    workloads: dict[str, Any] = {t.key: t.workload for t in tasks}
+    flops: dict[str, int] = {t.key: t.flops for t in tasks}
     feats, ys, groups = [], [], []
-    for rec in db.iter_records(target.key):
-        task = by_key.get(rec.workload_key)
-        if task is None:
+    records = list(db.iter_records(target.key))[-limit:]
+    for rec in records:
+        key = rec.workload_key
+        if key not in workloads:
+            entry = db.workload(key) if hasattr(db, "workload") else None
+            workloads[key] = rebuild(entry.description, target) if entry is not None else None
+            flops[key] = entry.flops if entry is not None else 0
+        w = workloads[key]
+        if w is None:
             continue
         try:
-            f = _features_of(task, Trace.from_json(dict(rec.trace)))
+            sch = replay(w.func, Trace.from_json(dict(rec.trace)), w.const_params)
         except ScheduleError:
             continue
-        feats.append(f)
-        ys.append(task.flops / rec.seconds if rec.ok else 0.0)
-        groups.append(task.key)
+        feats.append(extract(sch.func, flops[key], w.info.anchor_block))
+        ys.append(flops[key] / rec.seconds if rec.ok else 0.0)
+        groups.append(key)
     if feats:
         model.update(feats, ys, groups)
     return len(feats)

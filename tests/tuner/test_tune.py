@@ -167,3 +167,19 @@ def test_killed_tuning_run_resumes_without_losing_or_remeasuring(tmp_path: Path)
     assert set(before) <= set(after)  # nothing committed was lost
     assert len(set(after.values())) == len(after)  # no trace measured twice
     assert len(after) == 40  # the resumed run spent only the rest of the budget
+
+
+def test_second_model_warm_starts_from_the_first_models_records(tmp_path: Path) -> None:
+    """Records of other workloads train the cost model too: their descriptions rebuild the kernels."""
+    from tests.compiler.test_tuning_helpers import small_conv_model
+    from tuner.cost_model import XGBoostModel
+    from tuner.task import extract_tasks
+    from tuner.tune import warm_start
+
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(twin_conv_model().SerializeToString(), CompileOptions(), db, TuneOptions(trials=10, batch=4))
+    other = extract_tasks(small_conv_model().SerializeToString(), CompileOptions())
+    assert not {t.key for t in other} & {r.workload_key for r in db.iter_records()}
+    model = XGBoostModel(min_samples=4)
+    assert warm_start(model, db, other, host_target()) == 10
+    assert model.trained
