@@ -132,9 +132,10 @@ def _conv(ctx: NodeContext) -> Sequence[Expr]:
 
 def _conv_transpose_pads(
     ctx: NodeContext, x: Expr, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
-) -> list[int]:
-    """Explicit pads of ConvTranspose. With output_shape (or SAME_*: output = input * stride) the total
-    padding goes mostly to the end for SAME_UPPER and mostly to the beginning otherwise (ONNX spec)."""
+) -> tuple[list[int], list[int]]:
+    """Explicit (pads, output_padding) of ConvTranspose. With output_shape (or SAME_*: output =
+    input * stride) the total padding goes mostly to the end for SAME_UPPER and mostly to the
+    beginning otherwise (ONNX spec); an output larger than the natural one grows at the end."""
     sp = len(kernel)
     sizes = x.type.shape[2:]
     out_pad = list(ctx.attr("output_padding", [0] * sp))
@@ -146,19 +147,22 @@ def _conv_transpose_pads(
         pads = [0] * (2 * sp) if auto_pad == "VALID" else list(ctx.attr("pads", [0] * (2 * sp)))
         if len(pads) != 2 * sp:
             raise ctx.error(f"pads {pads} do not match a {sp}-D kernel")
-        return pads
+        return pads, out_pad
     target = list(target)[-sp:]
     begins, ends = [], []
     for i in range(sp):
         natural = conv_transpose_out_size(sizes[i], kernel[i], strides[i], 0, 0, dilations[i], out_pad[i])
         total = natural - target[i]
-        if total < 0:
-            raise ctx.error(f"output_shape {target} is larger than the natural output size")
         small = total // 2
         begin, end = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+        if begin < 0:
+            raise ctx.error(f"output_shape {target} is too large for this input (by {-total} along axis {i})")
+        if end < 0:  # a larger output than the natural one: extra zero-fed rows at the end
+            out_pad[i] += -end
+            end = 0
         begins.append(begin)
         ends.append(end)
-    return begins + ends
+    return begins + ends, out_pad
 
 
 def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
@@ -174,7 +178,7 @@ def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
     out_pad = list(ctx.attr("output_padding", [0] * sp))
     if not len(strides) == len(dilations) == len(out_pad) == sp:
         raise ctx.error(f"strides / dilations / output_padding do not match a {sp}-D kernel")
-    pads = _conv_transpose_pads(ctx, x, kernel, strides, dilations)
+    pads, out_pad = _conv_transpose_pads(ctx, x, kernel, strides, dilations)
     g = _lift({"strides": strides, "dilations": dilations, "pads": pads}, kernel)
     if x.type.ndim == 3:
         x, w = _to_2d(ctx, x), _to_2d(ctx, w)

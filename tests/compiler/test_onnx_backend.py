@@ -153,8 +153,6 @@ EXCLUDED: dict[str, str] = {
 KNOWN_BUGS: dict[str, str] = {
     # Cases temper should pass and does not yet: run as expected failures, so a fix shows up as an
     # unexpected success (reported as a failure) and the entry must then be removed.
-    r"^test_convtranspose_output_shape_": "ConvTranspose with an output_shape larger than the natural size "
-    "(the extra row/column is output padding) raises ShapeError",
 }
 
 PIPELINE_AVAILABLE = importlib.util.find_spec("compiler.pipeline") is not None
