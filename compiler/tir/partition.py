@@ -29,7 +29,7 @@ from compiler.tir.ir import (
 )
 from compiler.tir.simplify import affine_coeffs, bounds, simplify
 
-_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 MAX_COPIES = 3
 
 
@@ -84,32 +84,46 @@ def _inner_ranges(s: Stmt) -> dict[Var, int]:
     return out
 
 
-def _undecided(cond: BinOp, v: Var, extent: int, ranges: dict[Var, int]) -> tuple[int, int] | None:
-    """Interval of v values where `cond` is not constant over the other variables (None: never)."""
+_TESTS = {
+    "<": lambda e: e < 0,
+    "<=": lambda e: e <= 0,
+    ">": lambda e: e > 0,
+    ">=": lambda e: e >= 0,
+    "==": lambda e: e == 0,
+    "!=": lambda e: e != 0,
+}
+
+
+def _status(cond: BinOp, v: Var, extent: int, ranges: dict[Var, int]) -> list[bool | None] | None:
+    """Per value of v: the condition's value when it holds for every value of the other variables,
+    None where it depends on them. None overall when it cannot be analysed."""
     lin = affine_coeffs(BinOp("-", cond.a, cond.b))
     if lin is None or extent > 4096:
-        return 0, extent - 1
+        return None
     terms, c = lin
     k = terms.get(v, 0)
-    if k == 0:
+    if k == 0 or any(v in set(walk_expr(a)) for a in terms if a is not v):
         return None
-    if any(v in set(walk_expr(a)) for a in terms if a is not v):
-        return 0, extent - 1
     rest: Expr = IntImm(c)
     for atom, coeff in terms.items():
         if atom is not v:
             rest = BinOp("+", rest, BinOp("*", atom, IntImm(coeff)))
     lo, hi = bounds(simplify(rest), ranges)
     if math.isinf(lo) or math.isinf(hi):
-        return 0, extent - 1
-    test = {"<": lambda e: e < 0, "<=": lambda e: e <= 0, ">": lambda e: e > 0, ">=": lambda e: e >= 0}[
-        cond.op
-    ]
-    bad = [x for x in range(extent) if test(k * x + lo) != test(k * x + hi)]
-    return (bad[0], bad[-1]) if bad else None
+        return None
+    test = _TESTS[cond.op]
+    out: list[bool | None] = []
+    for x in range(extent):
+        a, b = k * x + lo, k * x + hi
+        if cond.op in ("==", "!=") and a != b:
+            out.append(None if a <= 0 <= b else test(a))
+        else:
+            out.append(test(a) if test(a) == test(b) else None)
+    return out
 
 
 def _partition_one(loop: For, outer: dict[Var, int]) -> Stmt:
+    """Split `loop` around its longest run of iterations where every condition is one constant."""
     conds = [
         c
         for c in _conditions(loop.body)
@@ -119,20 +133,24 @@ def _partition_one(loop: For, outer: dict[Var, int]) -> Stmt:
         return loop
     ranges = {**outer, **_inner_ranges(loop.body)}
     n = loop.extent
-    start, end = 0, n
-    for c in conds:
-        u = _undecided(c, loop.var, n, ranges)  # type: ignore[arg-type]
-        if u is None:
-            continue
-        lo, hi = u
-        if hi < n / 2:
-            start = max(start, hi + 1)
-        elif lo >= n / 2:
-            end = min(end, lo)
-        else:
-            return loop  # a condition changes in the middle: nothing to gain
-    if start >= end or (start == 0 and end == n):
+    statuses = [st for c in conds if (st := _status(c, loop.var, n, ranges)) is not None]  # type: ignore[arg-type]
+    if not statuses:
         return loop
+    signature = [tuple(st[x] for st in statuses) for x in range(n)]
+    best = (0, 0)
+    x = 0
+    while x < n:
+        y = x
+        while y < n and signature[y] == signature[x]:
+            y += 1
+        if None not in signature[x] and y - x > best[1] - best[0]:
+            best = (x, y)
+        x = y
+    start, end = best
+    if end - start < 2:
+        return loop
+    if start == 0 and end == n:  # decided everywhere already: just simplify
+        return For(loop.var, n, loop.kind, simplify_stmt(loop.body, {**outer, loop.var: n}))
     pieces = []
     for p, q in ((0, start), (start, end), (end, n)):
         if q <= p:
