@@ -127,7 +127,8 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
             regions = []
             for p, ix in uses:
                 inner = {f.var: f.extent for f in p[len(lca) :]}
-                regions.append(_access_region(ix, inner, f"allocation of {buf.name}"))
+                outer = {f.var: f.extent for f in lca}
+                regions.append(_access_region(ix, inner, f"allocation of {buf.name}", outer))
             dims = []
             for d in range(len(buf.shape)):
                 base = regions[0][d][0]
@@ -216,4 +217,3 @@ def free_vars(s: Stmt) -> set[Var]:
 
     go(s)
     return used - bound
-

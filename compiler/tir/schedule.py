@@ -360,7 +360,9 @@ def cache_write(func: PrimFunc, block: str, scope: str = "local") -> tuple[PrimF
     return PrimFunc(func.name, func.params, Allocate(local, body), func.layouts), wb_name
 
 
-def _access_region(indices: Sequence[Expr], inner: dict[Var, int], where: str) -> list[tuple[Expr, int, int]]:
+def _access_region(
+    indices: Sequence[Expr], inner: dict[Var, int], where: str, outer: dict[Var, int] | None = None
+) -> list[tuple[Expr, int, int]]:
     """Per dim: (base expr over outer vars, min offset, max offset) as inner vars range."""
     out = []
     for ix in indices:
@@ -379,7 +381,7 @@ def _access_region(indices: Sequence[Expr], inner: dict[Var, int], where: str) -
                 if any(isinstance(x, Var) and x in inner for x in walk_expr(atom)):
                     raise ScheduleError(f"{where}: index {ix} is not affine in the inner loops")
                 base_terms[atom] = k
-        base = simplify(_lin_expr(base_terms))
+        base = simplify(_lin_expr(base_terms), outer or {})
         out.append((base, lo, hi))
     return out
 
@@ -515,7 +517,10 @@ def reverse_compute_at(func: PrimFunc, block: str, loop: str) -> PrimFunc:
                 ):
                     raise ScheduleError(f"{where}: block reads {buf.name} other than elementwise")
     inner = _inner_ranges(lp)
-    regions = [_access_region(ix, inner, where) for ix in _block_access_indices(prod, buf, loads=False)]
+    outer = _outer_ranges(lpath)
+    regions = [
+        _access_region(ix, inner, where, outer) for ix in _block_access_indices(prod, buf, loads=False)
+    ]
     region = _union(regions, where)
     out_shape = _written_buffer(b).shape
     nest = _placed_nest(
@@ -549,7 +554,7 @@ def compute_at(func: PrimFunc, block: str, loop: str) -> PrimFunc:
     if not accesses:
         raise ScheduleError(f"{where}: nothing under the loop reads {buf.name}")
     inner = _inner_ranges(lp)
-    region = _union([_access_region(ix, inner, where) for ix in accesses], where)
+    region = _union([_access_region(ix, inner, where, _outer_ranges(lpath)) for ix in accesses], where)
     nest = _placed_nest(
         b, region, buf.shape, _outer_ranges(lpath), lambda d: f"{block}_{b.iter_vars[d].var.name}"
     )
