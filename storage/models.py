@@ -1,4 +1,4 @@
-"""The tables: workloads and the tuning records measured on them.
+"""The tables: workloads and the tuning records measured on them; the service's tenants, models and jobs.
 
 Table and column names are contracts (the service adds its tables next to these, migrations refer
 to them). Measured costs are kept twice on purpose: the raw repeats as JSON (the truth, exported
@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, String, Text
+from sqlalchemy import BigInteger, Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from storage.base import Base, JsonType, UTCDateTime
@@ -59,3 +59,109 @@ class TuningRecordRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=_now)
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="records", lazy="raise")
+
+
+# --- the service: tenants and their keys, models, jobs, artifacts ---------------------------------
+
+JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+_STATE_CHECK = "state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')"
+
+
+class TenantRow(Base):
+    """A customer of the service: everything it uploads or asks for is visible to it alone."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=_now)
+
+
+class ApiKeyRow(Base):
+    """An API key of a tenant; only its sha256 is stored (the key itself is shown once)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=_now)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ModelRow(Base):
+    """An uploaded ONNX model: its bytes live in the blob store under `blob_key`.
+
+    Deleting only sets `deleted_at`: jobs and artifacts made from the model keep working.
+    """
+
+    __tablename__ = "models"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    blob_key: Mapped[str] = mapped_column(String(64))
+    summary: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=_now)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class _JobColumns:
+    """What every job has: who asked for what, and the lease of the worker running it.
+
+    A job is `queued` until a worker claims it (`running`, `worker_id`, `lease_expires_at`); the
+    worker renews the lease while it works, and a running job whose lease has expired may be
+    claimed by another worker (its previous worker died). `attempts` counts the claims.
+    """
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    worker_id: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=_now, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class CompilationRow(_JobColumns, Base):
+    """A compile job; when it succeeds, `artifact_id` names the artifact it produced."""
+
+    __tablename__ = "compilations"
+    __table_args__ = (CheckConstraint(_STATE_CHECK, name="state"),)
+
+    # no foreign key: artifacts point back here, and a cycle of keys buys nothing
+    artifact_id: Mapped[str | None] = mapped_column(String(32))
+
+
+class TuningJobRow(_JobColumns, Base):
+    """A tuning job; `progress` is the latest tuner progress as JSON (see service.worker)."""
+
+    __tablename__ = "tuning_jobs"
+    __table_args__ = (CheckConstraint(_STATE_CHECK, name="state"),)
+
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+
+
+class ArtifactRow(Base):
+    """A compiled artifact: its bytes live in the blob store under `blob_key` (= its sha256)."""
+
+    __tablename__ = "artifacts"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    compilation_id: Mapped[str] = mapped_column(ForeignKey("compilations.id", ondelete="CASCADE"), index=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    blob_key: Mapped[str] = mapped_column(String(64))
+    manifest: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=_now)

@@ -1,0 +1,490 @@
+"""Workers: claim jobs from the database and run them (compilations and tuning).
+
+A worker claims one job at a time (storage.service_repo.claim_job), renews the job's lease from a
+heartbeat thread while it works, and ends the job itself: succeeded (with the artifact, or the final
+tuning progress), failed (a user error's message: bad model, bad override...) or cancelled. It
+stops working on a job as soon as the heartbeat reports that the job was cancelled or taken over.
+
+Nothing is lost when a worker dies: its lease runs out, another worker claims the job, and tuning
+resumes from the records the dead worker committed (tuner.tune never re-measures a recorded
+candidate and counts recorded ones against the budget). A worker asked to stop (SIGTERM, Ctrl-C)
+stops its tuning run and puts the job back in the queue, so another worker takes it at once.
+
+`temper worker` runs one worker per process (`run_workers`); `temper serve` runs one in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.config import Settings
+from storage import SqlDatabase
+from storage import service_repo as repo
+from storage.blobs import BlobError, BlobStore
+from storage.errors import StorageError
+from storage.service_repo import JOB_KINDS, JobInfo, JobKind, JobState
+
+log = logging.getLogger("temper.worker")
+
+DEFAULT_TRIALS = 64
+DEFAULT_BATCH = 8
+_RETRY_S = 2.0  # wait after a database error before trying again
+
+
+class JobError(Exception):
+    """A job that cannot run as asked (bad parameters, missing model); its message is the job's error."""
+
+
+def default_worker_id() -> str:
+    """host-pid-random: unique per worker, readable in the jobs table."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def progress_to_json(
+    progress: Any, *, elapsed_offset: float = 0.0, trials_base: int = 0, trials_at_start: int = 0
+) -> dict[str, Any]:
+    """A tuner.tune.Progress as the JSON a tuning job stores (infinities and NaN become null).
+
+    The tuner counts every record of the model's tasks; a job counts its own: `trials_base` records
+    were there before the job began and are subtracted (and kept, as "trials_base", so a worker
+    taking the job over keeps the same budget). `elapsed_offset` and `trials_at_start` are the time
+    spent and trials done by the job's earlier attempts.
+    """
+
+    def num(value: float | None) -> float | None:
+        return None if value is None or not math.isfinite(value) else float(value)
+
+    done = max(0, int(progress.trials_done) - trials_base)
+    total = max(0, int(progress.trials_total) - trials_base)
+    measured_now = done - trials_at_start
+    eta = progress.elapsed_s / measured_now * max(0, total - done) if measured_now > 0 else None
+    return {
+        "trials_done": done,
+        "trials_total": total,
+        "trials_base": trials_base,
+        "elapsed_s": float(progress.elapsed_s) + elapsed_offset,
+        "eta_s": None if progress.finished else num(eta),
+        "estimated_latency_s": num(progress.estimated_latency_s),
+        "tasks": [
+            {
+                "name": t.name,
+                "key": t.key,
+                "weight": int(t.weight),
+                "flops": int(t.flops),
+                "trials": int(t.trials),
+                "best_secs": num(t.best_secs),
+                "best_gflops": num(t.best_gflops),
+                "default_secs": num(t.default_secs),
+            }
+            for t in progress.tasks
+        ],
+        "curve": [[max(0, int(trials) - trials_base), num(latency)] for trials, latency in progress.curve],
+        "finished": bool(progress.finished),
+    }
+
+
+@dataclass
+class _Control:
+    """What the heartbeat thread and the job share."""
+
+    shutdown: threading.Event  # the worker is stopping: hand the job back
+    done: threading.Event = field(default_factory=threading.Event)  # the job's work has ended
+    halted: threading.Event = field(default_factory=threading.Event)  # cancelled or taken over
+    stopped_early: bool = False
+
+    def should_stop(self) -> bool:
+        if self.halted.is_set() or self.shutdown.is_set():
+            self.stopped_early = True
+            return True
+        return False
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    state: JobState
+    error: str | None = None
+    result: Any = None
+    release: bool = False  # stopped by shutdown: back to the queue
+    ended: bool = False  # the job was already ended (in the transaction that stored its result)
+
+
+class _Lost(Exception):
+    """The worker no longer owns the job (rolls back what it was about to commit)."""
+
+
+class Worker:
+    """Runs jobs from the database of `settings`; one job at a time."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        worker_id: str | None = None,
+        *,
+        kinds: tuple[JobKind, ...] = JOB_KINDS,
+        db: SqlDatabase | None = None,
+    ) -> None:
+        self.settings = settings
+        self.worker_id = worker_id or default_worker_id()
+        self.kinds = kinds
+        self.db = db if db is not None else SqlDatabase(settings.database_url)
+        self._owns_db = db is None
+        self.blobs = BlobStore(settings.blobs_dir)
+        self._dask: Any = None  # service.executors.DaskExecutors, made on first use
+
+    def close(self) -> None:
+        if self._dask is not None:
+            self._dask.close()
+            self._dask = None
+        if self._owns_db:
+            self.db.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        """Claim and run jobs until `stop_event` is set; a running tuning job is then handed back."""
+        log.info("worker %s started", self.worker_id)
+        while not stop_event.is_set():
+            try:
+                worked = self.run_one(stop_event)
+            except (SQLAlchemyError, StorageError) as exc:
+                log.warning("worker %s: database error, retrying: %s", self.worker_id, exc)
+                stop_event.wait(_RETRY_S)
+                continue
+            if not worked:
+                stop_event.wait(self.settings.job_poll_s)
+        log.info("worker %s stopped", self.worker_id)
+
+    def run_one(self, stop_event: threading.Event | None = None) -> bool:
+        """Claim one job and run it to its end; False when there was nothing to claim."""
+        with self.db.write_session() as s:
+            job = repo.claim_job(s, self.worker_id, self.settings.worker_lease_s, self.kinds)
+        if job is None:
+            return False
+        log.info("worker %s: %s job %s (attempt %d)", self.worker_id, job.kind, job.id, job.attempts)
+        self._run(job, _Control(stop_event or threading.Event()))
+        return True
+
+    # --- one job -------------------------------------------------------------------------------
+
+    def _run(self, job: JobInfo, ctl: _Control) -> None:
+        beat = threading.Thread(target=self._heartbeat, args=(job, ctl), name="temper-heartbeat", daemon=True)
+        beat.start()
+        try:
+            outcome = self._compile(job, ctl) if job.kind == "compile" else self._tune(job, ctl)
+        except (JobError, BlobError) as exc:
+            outcome = _Outcome("failed", str(exc))
+        except Exception as exc:
+            outcome = self._failure(job, exc)
+        finally:
+            ctl.done.set()
+            beat.join()
+        self._end(job, outcome)
+
+    def _failure(self, job: JobInfo, exc: Exception) -> _Outcome:
+        from compiler.errors import CompilerError
+
+        if isinstance(exc, CompilerError):
+            return _Outcome("failed", str(exc))
+        log.exception("worker %s: %s job %s failed", self.worker_id, job.kind, job.id)
+        return _Outcome("failed", f"internal error: {type(exc).__name__}: {exc}")
+
+    def _end(self, job: JobInfo, outcome: _Outcome) -> None:
+        if outcome.ended:
+            return
+        with self.db.write_session() as s:
+            if outcome.release:
+                owned = repo.release_job(s, job.kind, job.id, self.worker_id)
+            else:
+                owned = repo.finish_job(
+                    s, job.kind, job.id, self.worker_id, outcome.state, outcome.error, outcome.result
+                )
+        if owned:
+            ending = "released" if outcome.release else outcome.state
+            log.info("worker %s: %s job %s %s", self.worker_id, job.kind, job.id, ending)
+        else:
+            log.warning("worker %s: lost %s job %s before it ended", self.worker_id, job.kind, job.id)
+
+    def _heartbeat(self, job: JobInfo, ctl: _Control) -> None:
+        interval = self.settings.worker_lease_s / 3
+        while not ctl.done.wait(interval):
+            try:
+                with self.db.write_session() as s:
+                    keep = repo.heartbeat(s, job.kind, job.id, self.worker_id, self.settings.worker_lease_s)
+            except (SQLAlchemyError, StorageError) as exc:
+                log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
+                continue
+            if not keep:
+                ctl.halted.set()  # cancelled or taken over: stop as soon as possible
+                return
+
+    def _model_bytes(self, job: JobInfo) -> bytes:
+        with self.db.read_session() as s:
+            model = repo.get_model(s, job.tenant_id, job.model_id, include_deleted=True)
+        if model is None:
+            raise JobError(f"model {job.model_id} no longer exists")
+        return self.blobs.read_bytes(model.blob_key)
+
+    # --- compile -------------------------------------------------------------------------------
+
+    def _compile(self, job: JobInfo, ctl: _Control) -> _Outcome:
+        from compiler.pipeline import compile_model
+        from compiler.runtime import artifact_bytes, read_artifact
+        from tuner.apply import DatabaseSource
+
+        params = job.params
+        options = _compile_options(params, self.settings.target, self._overrides(params.get("overrides")))
+        source = DatabaseSource(self.db) if params.get("use_tuned", True) else None
+        compiled = compile_model(self._model_bytes(job), options, source)
+        if ctl.halted.is_set():
+            return _Outcome("cancelled")
+        data = artifact_bytes(
+            manifest=compiled.manifest, library=compiled.library, plan=compiled.plan, params=compiled.params
+        )
+        key = self.blobs.put_bytes(data)
+        manifest, _ = read_artifact(data)
+        try:  # the artifact and the job's end commit together, and only while the job is still ours
+            with self.db.write_session() as s:
+                artifact = repo.create_artifact(s, job.tenant_id, job.id, key, len(data), key, manifest)
+                if not repo.finish_job(s, "compile", job.id, self.worker_id, "succeeded", result=artifact.id):
+                    raise _Lost
+        except _Lost:
+            log.warning("worker %s: lost compile job %s before it ended", self.worker_id, job.id)
+        else:
+            log.info("worker %s: compile job %s succeeded: artifact %s", self.worker_id, job.id, artifact.id)
+        return _Outcome("succeeded", ended=True)
+
+    def _overrides(self, raw: Any) -> dict[str, Any]:
+        """{node: "record:ID" | trace JSON} -> {node: ScheduleChoice}. Only records and inline traces:
+        a server never reads a file a request names."""
+        from compiler.errors import CompilerError
+        from compiler.kernels import ScheduleChoice
+        from compiler.tir.trace import Trace
+        from tuner.apply import parse_override
+
+        if not raw:
+            return {}
+        if not isinstance(raw, Mapping):
+            raise JobError("overrides must map node names to 'record:ID' or a trace object")
+        pins: dict[str, Any] = {}
+        for node, spec in raw.items():
+            if isinstance(spec, str) and spec.startswith("record:"):
+                name, choice = parse_override(f"{node}={spec}", self.db)
+                pins[name] = choice
+            elif isinstance(spec, Mapping):
+                try:
+                    trace = Trace.from_json(dict(spec))
+                except (CompilerError, KeyError, TypeError, ValueError) as exc:
+                    raise JobError(f"override for node {node!r}: not a schedule trace: {exc}") from None
+                pins[str(node)] = ScheduleChoice(trace, {"source": "override", "inline": True})
+            else:
+                raise JobError(
+                    f"override for node {node!r} must be 'record:ID' or a trace object, not {spec!r}"
+                )
+        return pins
+
+    # --- tune ----------------------------------------------------------------------------------
+
+    def _tune(self, job: JobInfo, ctl: _Control) -> _Outcome:
+        from tuner.tune import TuneOptions, tune
+
+        params = job.params
+        options = _compile_options(params, self.settings.target, {})
+        model = self._model_bytes(job)
+        previous = job.progress or {}
+        # `trials` is what this job measures: records already there (other jobs, earlier runs) do
+        # not count, except those of the job's own earlier attempts
+        base = previous.get("trials_base")
+        if not isinstance(base, int):
+            base = self._recorded_trials(model, options)
+        carried = {
+            "elapsed_offset": float(previous.get("elapsed_s") or 0.0),
+            "trials_base": base,
+            "trials_at_start": int(previous.get("trials_done") or 0),
+        }
+        budget = params.get("time_budget_s")
+        trials = _positive_int(params, "trials", DEFAULT_TRIALS)
+        topts = TuneOptions(
+            trials=base + trials,
+            timeout_s=None if budget is None else max(0.0, float(budget) - carried["elapsed_offset"]),
+            batch=_positive_int(params, "batch", min(DEFAULT_BATCH, trials)),
+            seed=int(params.get("seed", 0)),
+        )
+        builder, runner, close = self._measurers(options.target)
+        try:
+            final = tune(
+                model,
+                options,
+                self.db,
+                topts,
+                builder=builder,
+                runner=runner,
+                on_progress=self._progress_writer(job, carried),
+                should_stop=ctl.should_stop,
+            )
+        finally:
+            close()
+        result = progress_to_json(final, **carried)
+        if ctl.stopped_early and ctl.halted.is_set():
+            return _Outcome("cancelled", result=result)
+        if ctl.stopped_early:
+            return _Outcome("succeeded", release=True)
+        return _Outcome("succeeded", result=result)
+
+    def _recorded_trials(self, model: bytes, options: Any) -> int:
+        """How many records the database holds for the model's tasks on the target (what tune counts)."""
+        from compiler.target import parse_target
+        from tuner.task import extract_tasks
+
+        target_key = parse_target(options.target).key
+        return sum(len(self.db.records(task.key, target_key)) for task in extract_tasks(model, options))
+
+    def _progress_writer(self, job: JobInfo, carried: Mapping[str, Any]) -> Callable[[Any], None]:
+        def write(progress: Any) -> None:
+            try:
+                with self.db.write_session() as s:
+                    repo.update_progress(
+                        s, job.id, progress_to_json(progress, **carried), worker_id=self.worker_id
+                    )
+            except (SQLAlchemyError, StorageError) as exc:  # progress is advisory: the records are the truth
+                log.warning("worker %s: progress not saved: %s", self.worker_id, exc)
+
+        return write
+
+    def _measurers(self, target_name: str) -> tuple[Any, Any, Callable[[], None]]:
+        """Builder and runner: local processes, or the Dask cluster when one is configured."""
+        from compiler.target import parse_target
+        from tuner.measure import LocalBuilder, LocalRunner
+
+        target = parse_target(target_name)
+        if self.settings.dask_scheduler is None:
+            builder = LocalBuilder(target)
+            return builder, LocalRunner(), builder.close
+        from service.executors import DaskExecutors, ExecutorError
+
+        try:
+            if self._dask is None:
+                self._dask = DaskExecutors(self.settings.dask_scheduler)
+            build, run = self._dask.executors(target)
+        except ExecutorError as exc:
+            raise JobError(str(exc)) from None
+        return LocalBuilder(target, executor=build), LocalRunner(executor=run), lambda: None
+
+
+def _positive_int(params: Mapping[str, Any], name: str, default: int) -> int:
+    value = params.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise JobError(f"{name} must be a positive integer, not {value!r}")
+    return value
+
+
+def _compile_options(params: Mapping[str, Any], default_target: str, overrides: Mapping[str, Any]) -> Any:
+    from compiler.pipeline import CompileOptions
+
+    shapes = params.get("shapes") or {}
+    if not isinstance(shapes, Mapping):
+        raise JobError("shapes must map input names to lists of dimensions")
+    bound: dict[str, tuple[int, ...]] = {}
+    for name, dims in shapes.items():
+        if not isinstance(dims, list | tuple) or not all(isinstance(d, int) and d > 0 for d in dims):
+            raise JobError(f"shape of input {name!r} must be a list of positive integers, not {dims!r}")
+        bound[str(name)] = tuple(dims)
+    opt_level = params.get("opt_level", 3)
+    if isinstance(opt_level, bool) or not isinstance(opt_level, int):
+        raise JobError(f"opt_level must be an integer, not {opt_level!r}")
+    return CompileOptions(
+        target=str(params.get("target") or default_target),
+        opt_level=opt_level,
+        shapes=bound,
+        overrides=dict(overrides),
+    )
+
+
+# --- worker processes (`temper worker`) ----------------------------------------------------------
+
+
+def run_workers(
+    settings: Settings, processes: int = 1, *, once: bool = False, worker_id: str | None = None
+) -> int:
+    """Run `processes` workers, each in a process of its own (this one when 1), until SIGTERM or
+    SIGINT (a running tuning job is handed back to the queue) or, with `once`, until no job is left.
+    Returns an exit code: 0, or 1 when a worker process failed."""
+    if processes <= 1:
+        _work_here(settings, once, worker_id)
+        return 0
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited threads or locks
+    children = [
+        ctx.Process(
+            target=_process_main,
+            args=(settings, once, f"{worker_id}-{k}" if worker_id else None),
+            name=f"temper-worker-{k}",
+        )
+        for k in range(processes)
+    ]
+    for child in children:
+        child.start()
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.is_alive() and child.pid is not None:
+                os.kill(child.pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for child in children:
+            child.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if all(child.exitcode == 0 for child in children) else 1
+
+
+def _process_main(settings: Settings, once: bool, worker_id: str | None) -> None:
+    configure_logging()
+    _work_here(settings, once, worker_id)
+
+
+def _work_here(settings: Settings, once: bool, worker_id: str | None) -> None:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():  # a second signal: stop now
+            raise KeyboardInterrupt
+        log.info("signal %s: finishing up (again to stop at once)", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with Worker(settings, worker_id) as worker:
+            if once:
+                while not stop.is_set() and worker.run_one(stop):
+                    pass
+            else:
+                worker.run_forever(stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Log lines on stderr with time and origin (for worker processes; idempotent)."""
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
