@@ -122,10 +122,30 @@ DbOpt = Annotated[
 ]
 
 
-def _db_url(db: str | None) -> str:
-    from storage.session import default_data_dir, default_url
+ServerOpt = Annotated[
+    str | None,
+    typer.Option("--server", metavar="URL", help="Run on this temper server instead of this machine."),
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", metavar="KEY", help="API key for --server (default: TEMPER_API_KEY)."),
+]
 
-    return db or default_url(default_data_dir())
+
+def _db_url(db: str | None) -> str:
+    """--db when given, else the service's database (TEMPER_DATABASE_URL, or the SQLite file in
+    TEMPER_DATA_DIR): every command, the server and the workers agree on one default."""
+    return db or _settings().database_url
+
+
+def _settings(**overrides: Any) -> Any:
+    """The service settings (service.config), a malformed TEMPER_* variable as a one-line error."""
+    from service.config import ConfigError, get_settings
+
+    try:
+        return get_settings(**overrides)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 @contextmanager
@@ -182,9 +202,29 @@ def compile_command(
             help="Pin the schedule of the kernel holding ONNX node NODE (repeatable).",
         ),
     ] = None,
+    server: ServerOpt = None,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Compile an ONNX model to a self-contained artifact (tuned schedules from the database)."""
     shapes = parse_shapes(shape)
+    if server is not None:
+        _refuse_local_options(db=db, dump_ir=dump_ir)
+        pins = dict(_remote_override(spec) for spec in override or [])
+        with _remote(server, api_key) as (client, remote):
+            digest, manifest = remote.compile_remote(
+                client,
+                model,
+                output,
+                shapes=shapes,
+                target=target,
+                opt_level=opt_level,
+                use_tuned=not no_tuned,
+                overrides=pins,
+                console=err,
+            )
+        out.print(f"wrote {output}  sha256 {digest}", markup=False, soft_wrap=True)
+        _print_kernels(manifest)
+        return
     with user_errors(), storage_errors():
         from dataclasses import replace
 
@@ -203,6 +243,11 @@ def compile_command(
         digest = compiled.save(output)
         manifest = compiled.manifest
     out.print(f"wrote {output}  sha256 {digest}", markup=False, soft_wrap=True)
+    _print_kernels(manifest)
+
+
+def _print_kernels(manifest: dict[str, Any]) -> None:
+    """The artifact's kernels and where each schedule came from."""
     kernels = manifest.get("kernels") or []
     table = Table("kernel", "schedule", "flops", title=f"{len(kernels)} kernel(s)", title_justify="left")
     for kernel in kernels:
@@ -229,6 +274,8 @@ def tune_command(
     opt_level: OptLevelOpt = 3,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Candidates measured per round.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Search seed.")] = 0,
+    server: ServerOpt = None,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Tune a model's kernels for the target; every measurement is recorded in the database.
 
@@ -236,6 +283,29 @@ def tune_command(
     continues where it stopped, and recorded candidates are never measured again.
     """
     shapes = parse_shapes(shape)
+    if server is not None:
+        _refuse_local_options(db=db)
+        with _remote(server, api_key) as (client, remote):
+            job = remote.tune_remote(
+                client,
+                model,
+                shapes=shapes,
+                target=target,
+                opt_level=opt_level,
+                trials=trials,
+                time_budget_s=None if timeout is None else timeout * 60,
+                batch=batch,
+                seed=seed,
+                console=out,
+            )
+        final = remote.ProgressView.from_json(job.progress.model_dump() if job.progress else {})
+        out.print(
+            f"tuned {final.trials_done} candidate(s); estimated latency "
+            f"{final.estimated_latency_s * 1e3:.3f} ms; records on {server}",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
     with user_errors(), storage_errors():
         from rich.live import Live
 
@@ -427,6 +497,204 @@ def db_upgrade_command(db: DbOpt = None) -> None:
         with SqlDatabase(url) as database:
             revision = current_revision(database.engine)
     out.print(f"database {display_url(url)} is at revision {revision}", markup=False, soft_wrap=True)
+
+
+# --- workers and API keys (service settings: TEMPER_*) -------------------------------------------
+
+keys_app = typer.Typer(help="Create, list and revoke API keys of the HTTP API.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("create")
+def keys_create_command(
+    tenant: Annotated[str, typer.Option("--tenant", metavar="NAME", help="The tenant (created if new).")],
+    admin: Annotated[bool, typer.Option("--admin", help="The key may also import records.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Create an API key for a tenant; the key is printed once, as the last word (only its hash is kept)."""
+    with user_errors(), storage_errors():
+        from storage import SqlDatabase
+        from storage import service_repo as repo
+
+        try:
+            with SqlDatabase(_db_url(db)) as database, database.write_session() as session:
+                key, info = repo.create_api_key(session, tenant, is_admin=admin)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--tenant'") from None
+    kind = "admin key" if info.is_admin else "key"
+    typer.echo(f"created {kind} {info.id} for tenant {info.tenant_name!r} (shown only now): {key}")
+
+
+@keys_app.command("list")
+def keys_list_command(
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", metavar="NAME", help="Only this tenant's.")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """List API keys (their prefixes: the keys themselves are not stored)."""
+    with user_errors(), storage_errors():
+        from storage import SqlDatabase
+        from storage import service_repo as repo
+
+        with SqlDatabase(_db_url(db)) as database, database.read_session() as session:
+            keys = repo.list_api_keys(session, tenant)
+    table = Table("id", "tenant", "prefix", "admin", "created", "revoked")
+    for k in keys:
+        revoked = k.revoked_at.isoformat(timespec="seconds") if k.revoked_at else "-"
+        table.add_row(
+            *_cells(
+                str(k.id),
+                k.tenant_name,
+                k.prefix + "…",
+                "yes" if k.is_admin else "no",
+                k.created_at.isoformat(timespec="seconds"),
+                revoked,
+            )
+        )
+    out.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke_command(
+    key_id: Annotated[int, typer.Argument(metavar="ID", help="The key's id (see `temper keys list`).")],
+    db: DbOpt = None,
+) -> None:
+    """Revoke an API key: requests with it are refused from now on."""
+    with user_errors(), storage_errors():
+        from storage import SqlDatabase
+        from storage import service_repo as repo
+
+        with SqlDatabase(_db_url(db)) as database, database.write_session() as session:
+            info = repo.revoke_api_key(session, key_id)
+    if info is None:
+        raise fail(f"no API key {key_id}")
+    typer.echo(f"revoked key {info.id} ({info.prefix}…) of tenant {info.tenant_name!r}")
+
+
+@app.command("worker")
+def worker_command(
+    processes: Annotated[
+        int,
+        typer.Option("--processes", "-n", min=1, help="Worker processes to run (one job each at a time)."),
+    ] = 1,
+    once: Annotated[
+        bool, typer.Option("--once", help="Exit when no job is left instead of waiting.")
+    ] = False,
+    worker_id: Annotated[
+        str | None, typer.Option("--id", metavar="NAME", help="Worker name in the jobs table.")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Run compile and tuning jobs from the database (settings from TEMPER_*), until Ctrl-C or SIGTERM.
+
+    Any number of workers, on any machines sharing the database and the data directory, may run at
+    once. A worker that is stopped hands its tuning job back; one that dies leaves it to be taken
+    over when its lease expires, resuming from the records already committed.
+    """
+    settings = _settings(**({"database_url": db} if db else {}))
+    with user_errors(), storage_errors():
+        from service.worker import configure_logging, run_workers
+        from storage import SqlDatabase
+        from storage.session import display_url
+
+        SqlDatabase(settings.database_url).close()  # migrate once, before the workers start
+        configure_logging()
+        err.print(
+            f"temper {__version__}: {processes} worker process(es), database "
+            f"{display_url(settings.database_url)}, data {settings.data_dir}"
+            + (f", Dask at {settings.dask_scheduler}" if settings.dask_scheduler else ""),
+            markup=False,
+            soft_wrap=True,
+        )
+        code = run_workers(settings, processes, once=once, worker_id=worker_id)
+    if code:
+        raise typer.Exit(code)
+
+
+# --- the server and remote runs ------------------------------------------------------------------
+
+
+def _refuse_local_options(**values: object) -> None:
+    """Options that name files or databases of this machine make no sense with --server."""
+    for name, value in values.items():
+        if value is not None:
+            flag = "--" + name.replace("_", "-")
+            raise typer.BadParameter("cannot be used with --server (the server has its own)", param_hint=flag)
+
+
+def _remote_override(spec: str) -> tuple[str, Any]:
+    """NODE=record:ID as is; NODE=TRACE.json read here, its trace sent to the server."""
+    import json
+
+    node, sep, value = spec.partition("=")
+    if not sep or not node or not value:
+        raise typer.BadParameter(
+            f"{spec!r} must look like NODE=record:ID or NODE=TRACE.json", param_hint="'--override'"
+        )
+    if value.startswith("record:"):
+        if not re.fullmatch(r"record:[0-9]+", value):
+            raise typer.BadParameter(f"{spec!r}: record id must be an integer", param_hint="'--override'")
+        return node, value
+    try:
+        trace = json.loads(Path(value).read_text())
+    except OSError as exc:
+        raise fail(f"override {spec!r}: cannot read {value}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise fail(f"override {spec!r}: {value} is not JSON: {exc}") from None
+    return node, trace
+
+
+@contextmanager
+def _remote(server: str, api_key: str | None) -> Iterator[tuple[Any, Any]]:
+    """A client for `server` (key from --api-key, else the settings) and the remote module;
+    remote failures print one line and exit 2."""
+    from service import remote
+    from service.client import Client
+
+    if not re.match(r"https?://", server):
+        raise typer.BadParameter(f"{server!r} is not an http(s):// URL", param_hint="'--server'")
+    key = api_key
+    if key is None:
+        secret = _settings().api_key  # TEMPER_API_KEY
+        key = secret.get_secret_value() if secret is not None else None
+    try:
+        with Client(server, key) as client:
+            yield client, remote
+    except remote.RemoteError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8000,
+    log_level: Annotated[
+        str, typer.Option("--log-level", metavar="LEVEL", help="critical|error|warning|info|debug")
+    ] = "info",
+) -> None:
+    """Run the HTTP API (settings from TEMPER_*; a worker runs in-process unless
+    TEMPER_EMBEDDED_WORKER=false)."""
+    if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
+        raise typer.BadParameter(f"{log_level!r} is not a log level", param_hint="'--log-level'")
+    settings = _settings()
+    with user_errors(), storage_errors():
+        import uvicorn
+
+        from service.app import create_app
+        from storage import SqlDatabase
+        from storage.session import display_url
+
+        SqlDatabase(settings.database_url).close()  # migrate now: a bad database is one line, not a trace
+        api = create_app(settings)
+    worker = "an embedded worker" if settings.embedded_worker else "no embedded worker"
+    err.print(
+        f"temper {__version__} on http://{host}:{port}  "
+        f"database {display_url(settings.database_url)}, {worker}",
+        markup=False,
+        soft_wrap=True,
+    )
+    uvicorn.run(api, host=host, port=port, log_level=log_level.lower(), timeout_graceful_shutdown=5)
 
 
 def main() -> None:

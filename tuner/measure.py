@@ -38,7 +38,7 @@ from compiler.errors import ScheduleError
 from compiler.kernels import Candidate, build_candidate
 from compiler.target import Target
 from compiler.tir.trace import Trace
-from tuner._measure_child import measure_child
+from tuner._measure_child import die_with_parent, measure_child
 from tuner.records import ErrorKind
 from tuner.task import Task, pack_inputs
 
@@ -192,7 +192,9 @@ class LocalBuilder:
 
     def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self._max_workers, mp_context=mp_context())
+            self._pool = ProcessPoolExecutor(
+                self._max_workers, mp_context=mp_context(), initializer=die_with_parent
+            )
         return self._pool
 
     def _replace_pool(self) -> None:

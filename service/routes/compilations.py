@@ -1,0 +1,88 @@
+"""/v1/compilations: compile jobs. The request is checked here; a worker does the compiling."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from compiler.errors import CompilerError
+from compiler.tir.trace import Trace
+from service.deps import PrincipalDep, ServicesDep
+from service.errors import InvalidInputError
+from service.routes.common import compilation_out, errors, job_or_404, job_shapes, json_body, model_or_404
+from service.schemas import CompilationIn, CompilationOut, JobState
+from storage import service_repo as repo
+
+router = APIRouter(prefix="/v1/compilations", tags=["compilations"], responses=errors(401, 404, 422))
+
+
+def _check_overrides(services: ServicesDep, overrides: Mapping[str, str | dict[str, Any]]) -> None:
+    """Every `record:ID` must name a tuning record and every trace must parse (a server never reads
+    a file an override names: the client sends the trace itself)."""
+    missing = []
+    for node, spec in overrides.items():
+        if isinstance(spec, str):
+            if services.db.get_record(int(spec.removeprefix("record:"))) is None:
+                missing.append(f"{node}={spec}")
+            continue
+        try:
+            Trace.from_json(dict(spec))
+        except (CompilerError, KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvalidInputError(
+                f"overrides.{node}: not a schedule trace ({type(e).__name__}: {e})", code="invalid_override"
+            ) from None
+    if missing:
+        raise InvalidInputError(
+            f"override(s) name no tuning record: {', '.join(missing)}", code="invalid_override"
+        )
+
+
+@router.post(
+    "",
+    status_code=202,
+    summary="Request a compilation",
+    responses=errors(400, 415),
+    dependencies=[Depends(json_body)],
+)
+def create_compilation(body: CompilationIn, principal: PrincipalDep, services: ServicesDep) -> CompilationOut:
+    model = model_or_404(services, principal, body.model_id)
+    shapes = job_shapes(services, model, body.shapes, body.target, body.opt_level)
+    _check_overrides(services, body.overrides)
+    params = {
+        "shapes": shapes,
+        "target": body.target,
+        "opt_level": body.opt_level,
+        "use_tuned": body.use_tuned,
+        "overrides": dict(body.overrides),
+    }
+    with services.db.write_session() as session:
+        job = repo.create_job(session, "compile", principal.tenant_id, model.id, params)
+    return compilation_out(job)
+
+
+@router.get("", summary="List compilations")
+def list_compilations(
+    principal: PrincipalDep,
+    services: ServicesDep,
+    state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
+) -> list[CompilationOut]:
+    with services.db.read_session() as session:
+        jobs = repo.list_jobs(session, "compile", principal.tenant_id, state=state)
+    return [compilation_out(j) for j in jobs]
+
+
+@router.get("/{compilation_id}", summary="One compilation (artifact_id once it succeeded)")
+def get_compilation(compilation_id: str, principal: PrincipalDep, services: ServicesDep) -> CompilationOut:
+    return compilation_out(job_or_404(services, principal, "compile", compilation_id))
+
+
+@router.post("/{compilation_id}/cancel", status_code=202, summary="Cancel a compilation")
+def cancel_compilation(compilation_id: str, principal: PrincipalDep, services: ServicesDep) -> CompilationOut:
+    job_or_404(services, principal, "compile", compilation_id)
+    with services.db.write_session() as session:
+        job = repo.request_cancel(session, "compile", principal.tenant_id, compilation_id)
+    return compilation_out(
+        job if job is not None else job_or_404(services, principal, "compile", compilation_id)
+    )

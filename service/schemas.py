@@ -1,0 +1,160 @@
+"""The API's request and response bodies (pydantic), kept apart from the tables.
+
+Requests forbid unknown fields, so a typo (`trails`) is a 422 naming it instead of a silent default.
+Responses are built from storage.service_repo's plain dataclasses, never from ORM rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Stage = Literal["graph", "optimized", "fused", "tir", "scheduled", "llvm", "asm"]
+
+# Names that reach the database and the compiler: printable, no control characters.
+Name = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Dim = Annotated[int, Field(ge=1, le=1 << 20)]
+Shapes = Annotated[dict[Name, Annotated[list[Dim], Field(min_length=0, max_length=16)]], Field(max_length=64)]
+RecordRef = Annotated[str, StringConstraints(pattern=r"^record:[0-9]{1,18}$")]
+# a kernel's pinned schedule: a tuning record by id, or a schedule trace (the JSON of compiler.tir.trace)
+Override = RecordRef | dict[str, Any]
+Target = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# --- errors and health ------------------------------------------------------------------------------
+
+
+class ErrorDetail(_Response):
+    code: str = Field(description="What went wrong, snake_case (e.g. unsupported_op, not_found).")
+    message: str = Field(description="One line for a human, naming what was wrong.")
+
+
+class ErrorOut(_Response):
+    error: ErrorDetail
+
+
+class HealthOut(_Response):
+    status: Literal["ok"]
+    version: str
+    database: str
+
+
+# --- models -----------------------------------------------------------------------------------------
+
+
+class TensorOut(_Response):
+    name: str
+    shape: list[int | str] = Field(description="Dimensions; symbolic ones are their names.")
+    dtype: str
+
+
+class TaskOut(_Response):
+    name: str
+    key: str = Field(description="The workload key tuning records are stored under.")
+    weight: int = Field(description="How many kernels of the model share this workload.")
+    flops: int
+
+
+class ModelOut(_Response):
+    id: str
+    name: str
+    sha256: str
+    size: int
+    inputs: list[TensorOut]
+    outputs: list[TensorOut]
+    op_counts: dict[str, int] = Field(description="ONNX op type -> number of nodes.")
+    shapes: dict[str, list[int]] = Field(description="Input shapes bound at upload (the default for jobs).")
+    unbound: list[str] = Field(description="Inputs with dynamic dims left unbound (then no tasks).")
+    tasks: list[TaskOut]
+    flops: int = Field(description="Total FLOPs of one inference (tasks x weight).")
+    created_at: datetime
+
+
+# --- jobs ---------------------------------------------------------------------------------------------
+
+
+class CompilationIn(_Request):
+    model_id: str = Field(max_length=64)
+    shapes: Shapes | None = Field(None, description="Input shapes; default: those bound at upload.")
+    target: Target = "host"
+    opt_level: int = Field(3, ge=0, le=3)
+    use_tuned: bool = Field(True, description="Use the best tuning records of each kernel.")
+    overrides: Annotated[dict[Name, Override], Field(max_length=1024)] = Field(
+        default_factory=dict,
+        description="ONNX node name -> 'record:ID' or a schedule trace object: pin that kernel's schedule.",
+    )
+
+
+class TuningJobIn(_Request):
+    model_id: str = Field(max_length=64)
+    shapes: Shapes | None = Field(None, description="Input shapes; default: those bound at upload.")
+    target: Target = "host"
+    opt_level: int = Field(3, ge=0, le=3)
+    trials: int = Field(64, ge=1, le=100_000, description="Measured candidates over all tasks.")
+    time_budget_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, description="Wall-clock budget.")
+    batch: int = Field(8, ge=1, le=256, description="Candidates measured per round.")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class TaskProgressOut(_Response):
+    name: str
+    key: str
+    weight: int
+    flops: int
+    trials: int
+    best_secs: float | None = None
+    best_gflops: float | None = None
+    default_secs: float | None = None
+
+
+class ProgressOut(_Response):
+    trials_done: int
+    trials_total: int
+    elapsed_s: float
+    eta_s: float | None = None
+    estimated_latency_s: float | None = None
+    tasks: list[TaskProgressOut] = Field(default_factory=list)
+    curve: list[tuple[int, float | None]] = Field(
+        default_factory=list, description="(trials done, estimated latency in seconds) after each round."
+    )
+    finished: bool = False
+
+
+class _JobOut(_Response):
+    id: str
+    state: JobState
+    model_id: str
+    params: dict[str, Any]
+    error: str | None = None
+    attempts: int = 0
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class CompilationOut(_JobOut):
+    artifact_id: str | None = Field(None, description="Set when the compilation succeeded.")
+
+
+class TuningJobOut(_JobOut):
+    progress: ProgressOut | None = None
+
+
+# --- records -----------------------------------------------------------------------------------------
+
+
+class ImportOut(_Response):
+    workloads_added: int
+    records_added: int
+    records_skipped: int = Field(description="Already in the database, or repeated in the file.")

@@ -1,0 +1,94 @@
+"""What an uploaded model is, computed once at upload: inputs/outputs, op counts, tuning tasks.
+
+Computing it runs the compiler's frontend and task extraction, so it is also the upload's
+validation: a malformed file, an unsupported op or a bad shape raises the compiler's typed error
+before anything is stored. A model with dynamic input dims and no shapes bound is still accepted
+(the frontend's support scan runs first); its unbound inputs are listed and it has no tasks yet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from compiler.errors import ModelError, ShapeError
+from compiler.frontend.onnx import load_onnx
+from compiler.pipeline import CompileOptions
+from tuner.task import extract_tasks
+
+_UNBOUND_MARKERS = ("is not bound", "has an unknown rank")  # the frontend's words for unbound dims
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int | str]:
+    shape = vi.type.tensor_type.shape
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in shape.dim]
+
+
+def _dtype(vi: onnx.ValueInfoProto) -> str:
+    elem = vi.type.tensor_type.elem_type
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem).name
+    except (KeyError, ValueError, TypeError):
+        return onnx.TensorProto.DataType.Name(elem).lower() if elem else "unknown"
+
+
+def _tensors(values: Sequence[onnx.ValueInfoProto], skip: set[str]) -> list[dict[str, Any]]:
+    return [{"name": v.name, "shape": _dims(v), "dtype": _dtype(v)} for v in values if v.name not in skip]
+
+
+def parse(data: bytes) -> onnx.ModelProto:
+    """The model proto, or ModelError for bytes that are not one."""
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, ValueError) as e:
+        raise ModelError(f"not a valid ONNX protobuf (corrupt or truncated): {e}") from None
+    if not proto.HasField("graph") or not proto.graph.output:
+        raise ModelError("model has no graph or no outputs (empty or truncated file?)")
+    return proto
+
+
+def unbound_inputs(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    """Graph inputs with dynamic (or unknown) dims that `shapes` does not bind."""
+    inits = {t.name for t in proto.graph.initializer}
+    out = []
+    for vi in proto.graph.input:
+        if vi.name in inits or vi.name in shapes:
+            continue
+        if not vi.type.tensor_type.HasField("shape") or any(isinstance(d, str) for d in _dims(vi)):
+            out.append(vi.name)
+    return out
+
+
+def summarize(data: bytes, shapes: Mapping[str, Sequence[int]], target: str = "host") -> dict[str, Any]:
+    """The summary stored with the model (the JSON of schemas.ModelOut minus the row's columns)."""
+    proto = parse(data)
+    bound = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
+    unbound = unbound_inputs(proto, bound)
+    tasks: list[dict[str, Any]] = []
+    if unbound:
+        try:  # validates the file and its ops; raises a ShapeError of its own for bad bindings
+            load_onnx(data, bound)
+        except ShapeError as e:
+            if not any(marker in str(e) for marker in _UNBOUND_MARKERS):
+                raise
+    else:
+        options = CompileOptions(target=target, shapes=bound)
+        tasks = [
+            {"name": t.name, "key": t.key, "weight": t.weight, "flops": t.flops}
+            for t in extract_tasks(data, options)
+        ]
+    inits = {t.name for t in proto.graph.initializer}
+    return {
+        "inputs": _tensors(proto.graph.input, inits),
+        "outputs": _tensors(proto.graph.output, set()),
+        "op_counts": dict(sorted(Counter(n.op_type for n in proto.graph.node).items())),
+        "shapes": {k: list(v) for k, v in bound.items()},
+        "unbound": unbound,
+        "tasks": tasks,
+        "flops": sum(t["flops"] * t["weight"] for t in tasks),
+    }
