@@ -166,7 +166,8 @@ def test_killed_tuning_run_resumes_without_losing_or_remeasuring(tmp_path: Path)
     after = {r.id: (r.workload_key, r.trace_hash) for r in db.iter_records()}
     assert set(before) <= set(after)  # nothing committed was lost
     assert len(set(after.values())) == len(after)  # no trace measured twice
-    assert len(after) == 40  # the resumed run spent only the rest of the budget
+    # the resumed run spent at most the rest of the budget (it stops early when every task converged)
+    assert len(before) < len(after) <= 40
 
 
 def test_second_model_warm_starts_from_the_first_models_records(tmp_path: Path) -> None:
