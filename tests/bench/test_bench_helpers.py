@@ -7,12 +7,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 
-from bench import common, ops
-from bench.onnx_torch import TorchInterpreter, UnsupportedModel
-from tests.models import builders
-from tests.models.fetch import REAL_MODELS, RegistryUnreachableError
+# PyTorch is a peer of the benchmarks only (the `bench` extra, torch==2.13.0), not a test dependency
+torch = pytest.importorskip("torch", reason="PyTorch (the bench extra) is not installed")
+
+from bench import common, ops  # noqa: E402
+from bench.onnx_torch import TorchInterpreter, UnsupportedModel  # noqa: E402
+from tests.models import builders  # noqa: E402
+from tests.models.fetch import REAL_MODELS, RegistryUnreachableError  # noqa: E402
 
 TINY = common.Settings(warmup=1, repeat=3, min_time=0.0, max_time=1.0)
 
