@@ -27,7 +27,7 @@ from compiler.tir.ir import (
     substitute_stmt,
     walk_expr,
 )
-from compiler.tir.simplify import affine_coeffs, bounds, simplify
+from compiler.tir.simplify import affine_coeffs, bounds, simplify, simplify_stmt
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 MAX_COPIES = 3
@@ -160,28 +160,6 @@ def _partition_one(loop: For, outer: dict[Var, int]) -> Stmt:
         body = simplify_stmt(body, {**outer, v: q - p})
         pieces.append(For(v, q - p, loop.kind, body))
     return seq(pieces)
-
-
-def simplify_stmt(s: Stmt, ranges: dict[Var, int]) -> Stmt:
-    """Simplify expressions (and drop decided ifs) using the loop ranges in scope."""
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, simplify_stmt(s.body, {**ranges, s.var: s.extent}))
-    if isinstance(s, Seq):
-        return seq([simplify_stmt(x, ranges) for x in s.stmts])
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, simplify_stmt(s.body, ranges))
-    if isinstance(s, IfThenElse):
-        c = simplify(s.cond, ranges)
-        if isinstance(c, IntImm):
-            if c.value:
-                return simplify_stmt(s.then, ranges)
-            return simplify_stmt(s.orelse, ranges) if s.orelse is not None else Seq(())
-        return IfThenElse(
-            c, simplify_stmt(s.then, ranges), None if s.orelse is None else simplify_stmt(s.orelse, ranges)
-        )
-    if isinstance(s, Store):
-        return Store(s.buffer, tuple(simplify(i, ranges) for i in s.indices), simplify(s.value, ranges))
-    return s
 
 
 def partition_loops(s: Stmt, ranges: dict[Var, int] | None = None) -> Stmt:

@@ -41,7 +41,7 @@ from compiler.tir.ir import (
     walk_expr,
     walk_stmts,
 )
-from compiler.tir.simplify import affine_coeffs, bounds, simplify
+from compiler.tir.simplify import affine_coeffs, bounds, simplify, simplify_stmt
 
 # ------------------------------------------------------------------------------ tree helpers
 
@@ -728,33 +728,4 @@ def cache_read(func: PrimFunc, block: str, buffer: str, layout: Layout) -> tuple
 
 def simplify_func(func: PrimFunc) -> PrimFunc:
     """Simplify index expressions using the loop ranges in scope."""
-
-    def go(s: Stmt, ranges: dict[Var, int]) -> Stmt:
-        if isinstance(s, For):
-            r = {**ranges, s.var: s.extent}
-            return For(s.var, s.extent, s.kind, go(s.body, r))
-        if isinstance(s, Seq):
-            return seq([go(x, ranges) for x in s.stmts])
-        if isinstance(s, Allocate):
-            return Allocate(s.buffer, go(s.body, ranges))
-        if isinstance(s, IfThenElse):
-            c = simplify(s.cond, ranges)
-            if isinstance(c, IntImm):
-                if c.value:
-                    return go(s.then, ranges)
-                return go(s.orelse, ranges) if s.orelse is not None else Seq(())
-            return IfThenElse(c, go(s.then, ranges), None if s.orelse is None else go(s.orelse, ranges))
-        if isinstance(s, Store):
-            return Store(s.buffer, tuple(simplify(i, ranges) for i in s.indices), simplify(s.value, ranges))
-        if isinstance(s, Block):
-            bnd = tuple(simplify(x, ranges) for x in s.bindings)
-            r = {**ranges, **{iv.var: iv.extent for iv in s.iter_vars}}
-            pred = None if s.predicate is None else simplify(s.predicate, ranges)
-            if isinstance(pred, IntImm) and pred.value:
-                pred = None
-            return Block(
-                s.name, s.iter_vars, bnd, go(s.body, r), None if s.init is None else go(s.init, r), pred
-            )
-        return s
-
-    return PrimFunc(func.name, func.params, go(func.body, {}), func.layouts)
+    return PrimFunc(func.name, func.params, simplify_stmt(func.body, {}), func.layouts)

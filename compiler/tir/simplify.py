@@ -11,16 +11,24 @@ import math
 from collections.abc import Mapping
 
 from compiler.tir.ir import (
+    Allocate,
     BinOp,
+    Block,
     Call,
     Cast,
     Expr,
     FloatImm,
+    For,
+    IfThenElse,
     IntImm,
     Load,
     Not,
     Select,
+    Seq,
+    Stmt,
+    Store,
     Var,
+    seq,
 )
 
 Ranges = Mapping[Var, int]  # var -> extent (values 0 .. extent-1)
@@ -256,3 +264,39 @@ def _decide(op: str, a0: float, a1: float, b0: float, b1: float) -> bool | None:
 def affine_coeffs(e: Expr) -> tuple[dict[Expr, int], int] | None:
     """Public view of the linear form (used by region analysis and the vectorizer)."""
     return _linear(simplify(e))
+
+
+def simplify_stmt(s: Stmt, ranges: Mapping[Var, int]) -> Stmt:
+    """Simplify every expression under s with the loop (and block iterator) ranges in scope; ifs
+    and block predicates that the ranges decide disappear."""
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, simplify_stmt(s.body, {**ranges, s.var: s.extent}))
+    if isinstance(s, Seq):
+        return seq([simplify_stmt(x, ranges) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, simplify_stmt(s.body, ranges))
+    if isinstance(s, IfThenElse):
+        c = simplify(s.cond, ranges)
+        if isinstance(c, IntImm):
+            if c.value:
+                return simplify_stmt(s.then, ranges)
+            return simplify_stmt(s.orelse, ranges) if s.orelse is not None else Seq(())
+        return IfThenElse(
+            c, simplify_stmt(s.then, ranges), None if s.orelse is None else simplify_stmt(s.orelse, ranges)
+        )
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(simplify(i, ranges) for i in s.indices), simplify(s.value, ranges))
+    if isinstance(s, Block):
+        inner = {**ranges, **{iv.var: iv.extent for iv in s.iter_vars}}
+        pred = None if s.predicate is None else simplify(s.predicate, ranges)
+        if isinstance(pred, IntImm) and pred.value:
+            pred = None
+        return Block(
+            s.name,
+            s.iter_vars,
+            tuple(simplify(x, ranges) for x in s.bindings),
+            simplify_stmt(s.body, inner),
+            None if s.init is None else simplify_stmt(s.init, inner),
+            pred,
+        )
+    return s
