@@ -198,7 +198,11 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_FLOPS)
     if kind == "anchor_depthwise":
         ow = ow_iv.extent
-        vw = ow if ow <= 64 else next((d for d in range(64, 0, -1) if ow % d == 0 and d % lanes == 0), ow)
+        vw0 = ow if ow <= 64 else next((d for d in range(64, 0, -1) if ow % d == 0 and d % lanes == 0), ow)
+        widths = sorted(
+            {vw0} | {d for d in range(lanes, 65, lanes) if ow % d == 0} | ({ow} if ow <= 64 else set())
+        )
+        vw = sch.decide("vector_width", widths, vw0)
         owo, owv = sch.split(low, [None, vw])
         sch.reorder(ln, loc, loh, owo, lrc, lry, lrx, owv)
         outer = sch.fuse(ln, loc)  # one channel plane per iteration: its padded copy stays in cache
@@ -212,7 +216,8 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         inner = root_loops(sch, consumer)[-1]
         if inner.extent <= 64:
             sch.vectorize(inner.var.name)
-        if keep:  # pad one channel plane right before its convolution (it stays in cache)
+        if keep and sch.decide("pad_at", ["plane", "kernel"], "plane") == "plane":
+            # pad one channel plane right before its convolution (it stays in cache)
             sch.set_scope(pad, "local")
             sch.compute_at(pad, outer)
             keep = ()
