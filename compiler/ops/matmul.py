@@ -64,14 +64,17 @@ def _matmul_compute(
 
 
 def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
-    """(row tile, column tile) of a register-blocked accumulator: column tile 1-2 vectors wide,
-    as many rows as the vector registers allow, both dividing the extents when possible."""
+    """(row tile, column tile) of a register-blocked accumulator: a column tile of 1-8 vectors, as
+    many rows as the vector registers allow, both dividing the extents when possible (a single
+    row, as in a dense layer at batch 1, gets a wide column tile: more independent accumulators)."""
     lanes = target.lanes()
     regs = 32 if target.vector_bits >= 512 else 16
     best = (1, min(cols, lanes))
     best_score = -1.0
-    for nvec in (2, 1):
+    for nvec in range(8, 0, -1):
         nt = nvec * lanes
+        if nvec > 2 and nt > cols:
+            continue
         if cols % nt and cols > nt:
             continue
         nt = min(nt, cols)
@@ -111,7 +114,7 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     regs = 32 if info.target.vector_bits >= 512 else 16
     mt0, nt0 = register_tile(info.target, M, N)
     nt_options = sorted(
-        {min(v * lanes, N) for v in (1, 2, 3, 4) if N % (v * lanes) == 0 or v * lanes >= N} | {nt0}
+        {min(v * lanes, N) for v in range(1, 9) if N % (v * lanes) == 0 or v * lanes >= N} | {nt0}
     )
     nt = sch.decide("nt", nt_options, nt0)
     nvec = max(1, -(-nt // lanes))
