@@ -324,7 +324,7 @@ def operator_table(rows: list[dict[str, Any]], with_tvm: bool) -> tuple[list[str
     header = ["workload", "trials/task", "temper trials", "temper untuned GF/s", "temper tuned GF/s (tuner)"]
     header += ["temper tune s"]
     if with_tvm:
-        header += ["TVM MS GF/s (tuner)", "TVM tune s"]
+        header += ["TVM MS GF/s (tuner)", "TVM bare kernel GF/s", "TVM tune s"]
     header += ["onnxruntime GF/s"] + (["temper/TVM"] if with_tvm else []) + ["temper/onnxruntime"]
     table = []
     for row in rows:
@@ -335,7 +335,9 @@ def operator_table(rows: list[dict[str, Any]], with_tvm: bool) -> tuple[list[str
             cells += [_num(gflops.get("temper_untuned"))]
             cells += [_pair(gflops.get("temper"), temper), _num(temper.get("tune_s"))]
             if with_tvm:
-                cells += [_pair(gflops.get("tvm"), tvm), _num(tvm.get("tune_s"))]
+                kernel = tvm.get("kernel_latency_s")
+                cells += [_pair(gflops.get("tvm"), tvm), _num(kernel and row["gflop"] / kernel)]
+                cells += [_num(tvm.get("tune_s"))]
             cells.append(_num(gflops.get("onnxruntime")))
             if with_tvm:
                 cells.append(_ratio(gflops.get("temper"), gflops.get("tvm")))
@@ -548,7 +550,8 @@ def main(argv: list[str] | None = None) -> None:
     notes = [
         f"fp32, batch 1, {THREADS} threads for every system; GF/s: the final kernel timed through its Python "
         "call (median), the tuner's own best measurement in parentheses; temper and onnxruntime are timed "
-        "side by side (alternating rounds), TVM alone in its process right before them",
+        "side by side (alternating rounds), TVM alone in its process right before them; TVM's bare kernel: "
+        "the call on preallocated tensors, without converting inputs from numpy and the output back",
         "trials/task: equal budget for temper and TVM; temper's count includes its default schedule; temper "
         "trials < budget means its search space ran out"
         + ("" if args.patience is None else f" or a task converged (patience {args.patience})"),
