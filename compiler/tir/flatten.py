@@ -29,6 +29,7 @@ from compiler.tir.ir import (
     seq,
     substitute_stmt,
     walk_expr,
+    walk_stmts,
 )
 from compiler.tir.partition import partition_loops
 from compiler.tir.schedule import _access_region, simplify_func
@@ -192,28 +193,14 @@ def free_vars(s: Stmt) -> set[Var]:
     """Vars used in s but not bound by a loop inside it."""
     used: set[Var] = set()
     bound: set[Var] = set()
-
-    def fe(e: Expr) -> None:
-        used.update(x for x in walk_expr(e) if isinstance(x, Var))
-
-    def go(x: Stmt) -> None:
+    for x in walk_stmts(s):
+        exprs: tuple[Expr, ...] = ()
         if isinstance(x, For):
             bound.add(x.var)
-            go(x.body)
-        elif isinstance(x, Seq):
-            for y in x.stmts:
-                go(y)
-        elif isinstance(x, Allocate):
-            go(x.body)
         elif isinstance(x, IfThenElse):
-            fe(x.cond)
-            go(x.then)
-            if x.orelse is not None:
-                go(x.orelse)
+            exprs = (x.cond,)
         elif isinstance(x, Store):
-            fe(x.value)
-            for i in x.indices:
-                fe(i)
-
-    go(s)
+            exprs = (x.value, *x.indices)
+        for e in exprs:
+            used.update(v for v in walk_expr(e) if isinstance(v, Var))
     return used - bound

@@ -26,6 +26,7 @@ from compiler.tir.ir import (
     seq,
     substitute_stmt,
     walk_expr,
+    walk_stmts,
 )
 from compiler.tir.simplify import affine_coeffs, bounds, simplify, simplify_stmt
 
@@ -64,24 +65,7 @@ def _conditions(s: Stmt) -> list[Expr]:
 
 
 def _inner_ranges(s: Stmt) -> dict[Var, int]:
-    out: dict[Var, int] = {}
-
-    def go(x: Stmt) -> None:
-        if isinstance(x, For):
-            out[x.var] = x.extent
-            go(x.body)
-        elif isinstance(x, Seq):
-            for y in x.stmts:
-                go(y)
-        elif isinstance(x, Allocate):
-            go(x.body)
-        elif isinstance(x, IfThenElse):
-            go(x.then)
-            if x.orelse is not None:
-                go(x.orelse)
-
-    go(s)
-    return out
+    return {x.var: x.extent for x in walk_stmts(s) if isinstance(x, For)}
 
 
 _TESTS = {
