@@ -65,7 +65,7 @@ class CodeLibrary:
             mod.triple = self.target.triple
             mod.data_layout = str(tm.target_data)
             pto = llvm.create_pipeline_tuning_options(speed_level=3)
-            pto.loop_vectorization = True
+            pto.loop_vectorization = False
             pto.slp_vectorization = True
             pb = llvm.create_pass_builder(tm, pto)
             pm = pb.getModulePassManager()
