@@ -184,8 +184,10 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
 def flatten(func: PrimFunc) -> PrimFunc:
     body = map_stmt(func.body, _unblock)
     out = simplify_func(PrimFunc(func.name, func.params, body, func.layouts))
-    out = PrimFunc(out.name, out.params, partition_loops(out.body), out.layouts)
+    # allocations are placed before loops are partitioned: a register tile stays one tile in
+    # every copy of a partitioned loop (a row tail) instead of spanning all of them
     out = place_allocations(out)
+    out = PrimFunc(out.name, out.params, partition_loops(out.body), out.layouts)
     return simplify_func(out)
 
 
