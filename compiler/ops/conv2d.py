@@ -157,7 +157,7 @@ def conv_tile(target: Any, oc: int, ow: int) -> tuple[int, int]:
         nt = nvec * lanes
         if oc % nt:
             continue
-        max_w = max(1, (regs - nvec - 2) // nvec)
+        max_w = max(1, (regs - 2 * nvec - 2) // nvec)
         owt = max(d for d in range(1, min(ow, max_w) + 1) if ow % d == 0)
         score = owt * nvec
         if score > best_score:
@@ -248,7 +248,7 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         nt0, owt0 = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
         regs = 32 if info.target.vector_bits >= 512 else 16
         oc = oc_iv.extent
-        nt = sch.decide("nt", sorted({v * lanes for v in (1, 2, 3) if oc % (v * lanes) == 0} | {nt0}), nt0)
+        nt = sch.decide("nt", sorted({v * lanes for v in (1, 2, 3, 4) if oc % (v * lanes) == 0} | {nt0}), nt0)
         nvec = max(1, -(-nt // lanes))
         max_w = max(1, (regs - nvec - 2) // nvec)
         owt = sch.decide(

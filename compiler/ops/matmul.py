@@ -73,17 +73,19 @@ def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
     best_score = -1.0
     for nvec in range(8, 0, -1):
         nt = nvec * lanes
-        if nvec > 2 and nt > cols:
+        if nvec > 1 and nt - lanes >= cols:  # more vectors than columns
             continue
-        if cols % nt and cols > nt:
+        if cols % nt and cols > nt and rows > 1:  # a column tail: only worth it for a single row
             continue
         nt = min(nt, cols)
         max_rows = max(1, (regs - nvec - 1) // nvec)
         mt = max(d for d in range(1, min(rows, max_rows) + 1) if rows % d == 0)
         if rows >= 8 * max_rows and mt < max_rows:  # a row tail costs one partial tile of many
             mt = max_rows
-        # FMAs per load (mt broadcasts + nvec vector loads feed mt * nvec FMAs), then accumulators
-        score = mt * nvec / (mt + nvec) + 0.01 * mt * nvec - (0.5 if nt < lanes else 0)
+        # FMAs per load (mt broadcasts + nvec vector loads feed mt * nvec FMAs), then accumulators,
+        # less the lanes a partial last column tile wastes
+        waste = (-cols % nt) / (cols + (-cols % nt))
+        score = mt * nvec / (mt + nvec) + 0.01 * mt * nvec - (0.5 if nt < lanes else 0) - waste
         if score > best_score:
             best, best_score = (mt, nt), score
     return best
@@ -162,7 +164,7 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     r = len(rhs.shape)
     panels = Layout(((r - 1, nt),), (*range(r - 2), r - 1, r - 2, r))
     if rhs.name in sch.const_params:
-        if N % nt == 0 and sch.decide("pack", [True, False], True):
+        if sch.decide("pack", [True, False], True):  # a partial last panel is zero-padded
             sch.pack_layout(rhs.name, panels)
     elif 2 * nt <= N and rhs.shape[-2] >= 16 and sch.decide("pack", [True, False], M >= 16):
         pack = sch.cache_read(mm, rhs.name, panels)

@@ -33,6 +33,7 @@ from compiler.tir.ir import (
 )
 from compiler.tir.partition import partition_loops
 from compiler.tir.schedule import _access_region, simplify_func
+from compiler.tir.simplify import bounds
 
 
 def _unblock(s: Stmt) -> Stmt | None:
@@ -55,6 +56,57 @@ def _unblock(s: Stmt) -> Stmt | None:
     if s.predicate is not None:
         body = IfThenElse(s.predicate, body)
     return body
+
+
+def _in_bounds(s: Stmt, ranges: dict[Var, int]) -> bool:
+    """Whether every store of s goes to a local buffer and every load of a non-local buffer stays
+    inside it for all values of the loops in `ranges`."""
+    for x in walk_stmts(s):
+        if isinstance(x, Block | For | IfThenElse | Allocate):
+            return False
+        if isinstance(x, Store):
+            if x.buffer.scope != "local":
+                return False
+            exprs = (x.value, *x.indices)
+            for e in exprs:
+                for ld in walk_expr(e):
+                    if not isinstance(ld, Load) or ld.buffer.scope == "local":
+                        continue
+                    for i, d in zip(ld.indices, ld.buffer.shape, strict=True):
+                        lo, hi = bounds(i, ranges)
+                        if lo < 0 or hi > d - 1:
+                            return False
+    return True
+
+
+def relax_predicates(s: Stmt, ranges: dict[Var, int] | None = None) -> Stmt:
+    """Drop the predicate of blocks that only write a register tile and only read in bounds.
+
+    A non-dividing split guards its partial tile with a predicate; in an accumulation into a
+    register tile (whose compacted allocation covers the whole tile) the guard is not needed when
+    every operand read stays inside its buffer (a zero-padded packed panel, say) -- and keeping it
+    makes every accumulator update a masked memory access instead of a register. Only the stores
+    to real buffers keep their guards.
+    """
+    ranges = ranges or {}
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, relax_predicates(s.body, {**ranges, s.var: s.extent}))
+    if isinstance(s, Seq):
+        return seq([relax_predicates(x, ranges) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, relax_predicates(s.body, ranges))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(
+            s.cond,
+            relax_predicates(s.then, ranges),
+            None if s.orelse is None else relax_predicates(s.orelse, ranges),
+        )
+    if isinstance(s, Block) and s.predicate is not None:
+        mapping = {iv.var: b for iv, b in zip(s.iter_vars, s.bindings, strict=True)}
+        parts = [s.body] + ([s.init] if s.init is not None else [])
+        if all(_in_bounds(substitute_stmt(p, mapping), ranges) for p in parts):
+            return Block(s.name, s.iter_vars, s.bindings, s.body, s.init, None)
+    return s
 
 
 def _accesses(
@@ -182,7 +234,7 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
 
 
 def flatten(func: PrimFunc) -> PrimFunc:
-    body = map_stmt(func.body, _unblock)
+    body = map_stmt(relax_predicates(func.body), _unblock)
     out = simplify_func(PrimFunc(func.name, func.params, body, func.layouts))
     # allocations are placed before loops are partitioned: a register tile stays one tile in
     # every copy of a partitioned loop (a row tail) instead of spanning all of them
