@@ -89,7 +89,9 @@ def measure_child(
     """Load, call once and report the output; if asked, warm up and time `repeats` repeats, each
     the mean per call over enough calls to last `min_repeat_secs`."""
     die_with_parent()
-    # the kernels' parallel loops run on libgomp, which reads this when the library is loaded
+    # libgomp reads its wait policy when the library is loaded. Idle threads sleep at once here: the
+    # kernel is called back to back, and spinning threads made timings on a busy machine erratic
+    # (candidates 100x off their speed, the cost model's rank correlation 0.93 -> 0.3-0.6)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         fn = _load(library, symbol)

@@ -173,6 +173,18 @@ def _consumer_and_scope(sch: Schedule, info: KernelInfo, anchor: str) -> str:
     return sch.cache_write(anchor)
 
 
+def _default_axis(info: KernelInfo, blk: Any) -> str:
+    """Vectorize along output channels, unless they do not fill vectors or the reduction is so short
+    (a pointwise conv of few channels) that storing channel-major tiles into NCHW rows would cost
+    more than the arithmetic -- then along output columns, when rows are several vectors long."""
+    lanes = info.target.lanes()
+    oc, ow = blk.iter_vars[1].extent, blk.iter_vars[3].extent
+    k = math.prod(iv.extent for iv in blk.iter_vars[4:])
+    if oc % lanes or (k <= 64 and ow >= 3 * lanes):
+        return "ow"
+    return "oc"
+
+
 def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     """Register-tiled direct convolution.
 
@@ -197,19 +209,25 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     work = 2 * math.prod(iv.extent for iv in blk.iter_vars)
     threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_FLOPS)
     if kind == "anchor_depthwise":
-        ow = ow_iv.extent
-        vw0 = ow if ow <= 64 else next((d for d in range(64, 0, -1) if ow % d == 0 and d % lanes == 0), ow)
-        widths = sorted(
-            {vw0} | {d for d in range(lanes, 65, lanes) if ow % d == 0} | ({ow} if ow <= 64 else set())
-        )
+        ow, oh = ow_iv.extent, blk.iter_vars[2].extent
+        # one vector of up to 64 lanes along the row (LLVM splits it into registers), and enough
+        # rows that the unrolled tile keeps ~8 independent accumulators (FMA latency x throughput)
+        vw0 = ow if ow <= 64 else max(d for d in range(1, 65) if ow % d == 0)
+        widths = sorted({vw0} | {d for d in range(lanes, 65, lanes) if ow % d == 0})
         vw = sch.decide("vector_width", widths, vw0)
+        nv = -(-vw // lanes)
+        row_options = [d for d in range(1, oh + 1) if oh % d == 0 and d * nv <= 24]
+        rows0 = next((d for d in row_options if d * nv >= 8), row_options[-1])
+        rows = sch.decide("rows", row_options, rows0 if vw == vw0 else 1)
+        oho, ohi = sch.split(loh, [None, rows])
         owo, owv = sch.split(low, [None, vw])
-        sch.reorder(ln, loc, loh, owo, lrc, lry, lrx, owv)
+        sch.reorder(ln, loc, oho, owo, lrc, lry, lrx, ohi, owv)
         outer = sch.fuse(ln, loc)  # one channel plane per iteration: its padded copy stays in cache
         if threads:
             sch.parallel(outer)
         sch.unroll(lry)
         sch.unroll(lrx)
+        sch.unroll(ohi)
         sch.vectorize(owv)
         sch.reverse_compute_at(consumer, owo)
         sch.decompose_reduction(conv, lrc)
@@ -224,7 +242,7 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
             last = root_loops(sch, pad)[-1]
             _, pv = sch.split(last.var.name, [None, lanes])
             sch.vectorize(pv)
-    elif sch.decide("vector_axis", ["oc", "ow"], "oc" if oc_iv.extent % lanes == 0 else "ow") == "ow":
+    elif sch.decide("vector_axis", ["oc", "ow"], _default_axis(info, blk)) == "ow":
         # few output channels: vectorize along output columns, a register tile of channels, the
         # weights broadcast (no packing)
         regs = 32 if info.target.vector_bits >= 512 else 16

@@ -51,7 +51,7 @@ def _linear(e: Expr) -> tuple[dict[Expr, int], int] | None:
         terms = dict(la[0])
         for k, v in lb[0].items():
             terms[k] = terms.get(k, 0) + sign * v
-        return {k: v for k, v in terms.items() if v != 0}, la[1] + sign * lb[1]
+        return _recombine({k: v for k, v in terms.items() if v != 0}, la[1] + sign * lb[1])
     if isinstance(e, BinOp) and e.op == "*":
         la, lb = _linear(e.a), _linear(e.b)
         if la is None or lb is None:
@@ -65,6 +65,26 @@ def _linear(e: Expr) -> tuple[dict[Expr, int], int] | None:
     if isinstance(e, (Var, BinOp, Load, Select, Call, Cast)):
         return {e: 1}, 0
     return None
+
+
+def _recombine(terms: dict[Expr, int], c: int) -> tuple[dict[Expr, int], int]:
+    """(x // n) * n * k + (x % n) * k == x * k: a fused loop's row/column pair becomes its flat index
+    again (so a vector along a fused spatial loop is a contiguous access)."""
+    for atom, k in list(terms.items()):
+        if not (isinstance(atom, BinOp) and atom.op == "%" and isinstance(atom.b, IntImm)):
+            continue
+        div = BinOp("//", atom.a, atom.b)
+        if terms.get(div) != k * atom.b.value or atom not in terms:
+            continue
+        inner = _linear(atom.a)
+        if inner is None:
+            continue
+        del terms[atom], terms[div]
+        for t, v in inner[0].items():
+            terms[t] = terms.get(t, 0) + v * k
+        c += inner[1] * k
+        terms = {t: v for t, v in terms.items() if v != 0}
+    return terms, c
 
 
 def _from_linear(terms: dict[Expr, int], c: int) -> Expr:
