@@ -114,8 +114,10 @@ class KernelEmitter:
 
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), self.symbol)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        ptrs = [b.load(b.gep(fn.args[0], [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
-                for i in range(n)]
+        ptrs = [
+            b.load(b.gep(fn.args[0], [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
+            for i in range(n)
+        ]
         b.call(body, ptrs)
         b.ret(ir.Constant(I32, 0))
         return fn
@@ -458,8 +460,14 @@ class KernelEmitter:
         """`buf[i] = buf[i] + x` (a reduction step): the add may be reassociated, which lets LLVM
         keep the running sum in registers and vectorize reductions along the reduced axis."""
         v = s.value
-        if not (isinstance(v, BinOp) and v.op == "+" and _is_float(v.dtype) and isinstance(v.a, Load)
-                and v.a.buffer is s.buffer and v.a.indices == s.indices):
+        if not (
+            isinstance(v, BinOp)
+            and v.op == "+"
+            and _is_float(v.dtype)
+            and isinstance(v.a, Load)
+            and v.a.buffer is s.buffer
+            and v.a.indices == s.indices
+        ):
             return None
         x, y = self._match(ctx, self._expr(ctx, v.a), self._expr(ctx, v.b))
         r = ctx.builder.fadd(x, y)
@@ -590,18 +598,37 @@ class KernelEmitter:
             p = b.gep(data, [ir.Constant(I64, len(fvars) + j)], source_etype=I64)
             b.store(b.ptrtoint(ctx.bufs[buf], I64), p)
         self._outlined += 1
-        body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{self.symbol}.par{self._outlined}")
+        name = f"{self.symbol}.par{self._outlined}"
+        # the OpenMP entry unpacks the captured values and calls the loop's body, whose buffer
+        # parameters are noalias like the kernel body's (pointers loaded from memory would carry
+        # no aliasing facts, and LLVM could not keep accumulators in registers)
+        loop_fn = ir.Function(
+            self.module,
+            ir.FunctionType(VOID, [I64] * len(fvars) + [PTR] * len(captured_bufs)),
+            f"{name}.body",
+        )
+        loop_fn.linkage = "internal"
+        loop_fn.attributes.add("alwaysinline")
+        body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
         body_fn.linkage = "internal"
-        inner = self._new_ctx(body_fn)
+        eb = ir.IRBuilder(body_fn.append_basic_block("entry"))
+        arr = body_fn.args[0]
+        values = [
+            eb.load(eb.gep(arr, [ir.Constant(I64, i)], source_etype=I64), typ=I64) for i in range(len(fvars))
+        ]
+        for j in range(len(captured_bufs)):
+            p = eb.gep(arr, [ir.Constant(I64, len(fvars) + j)], source_etype=I64)
+            values.append(eb.inttoptr(eb.load(p, typ=I64), PTR))
+        eb.call(loop_fn, values)
+        eb.ret_void()
+        inner = self._new_ctx(loop_fn)
         inner.ranges = dict(ctx.ranges)
         ib = inner.builder
-        arr = body_fn.args[0]
-        for i, v in enumerate(fvars):
-            p = ib.gep(arr, [ir.Constant(I64, i)], source_etype=I64)
-            inner.vars[v] = ib.load(p, typ=I64)
-        for j, buf in enumerate(captured_bufs):
-            p = ib.gep(arr, [ir.Constant(I64, len(fvars) + j)], source_etype=I64)
-            inner.bufs[buf] = ib.inttoptr(ib.load(p, typ=I64), PTR)
+        for v, arg in zip(fvars, loop_fn.args, strict=False):
+            inner.vars[v] = arg
+        for buf, arg in zip(captured_bufs, loop_fn.args[len(fvars) :], strict=True):
+            arg.add_attribute("noalias")
+            inner.bufs[buf] = arg
         tid = ib.sext(ib.call(self._extern("omp_get_thread_num", I32, []), []), I64)
         nth = ib.sext(ib.call(self._extern("omp_get_num_threads", I32, []), []), I64)
         ext = ir.Constant(I64, s.extent)
@@ -611,7 +638,7 @@ class KernelEmitter:
         end = ib.select(ib.icmp_signed("<", end, ext), end, ext)
         self._counted_loop(inner, s.var, start, end, s.body)
         ib.ret_void()
-        inner.entry.branch(body_fn.blocks[1])
+        inner.entry.branch(loop_fn.blocks[1])
         gomp = self._extern("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
         b.call(gomp, [body_fn, data, ir.Constant(I32, 0), ir.Constant(I32, 0)])
 
