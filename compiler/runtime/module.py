@@ -102,6 +102,20 @@ def _byte_views(plan: Plan, params: np.ndarray, workspace: np.ndarray) -> dict[B
     return views
 
 
+def _root(plan: Plan, buf_id: BufferId) -> tuple[BufferId, int]:
+    """The buffer with memory of its own that buf_id views, and the byte offset into it."""
+    offset = 0
+    buf = plan.buffers[buf_id]
+    while buf.kind == "alias":
+        offset += buf.offset or 0
+        buf = plan.buffers[buf.alias_of]  # type: ignore[index]
+    return buf.id, offset
+
+
+def _element_aligned(array: np.ndarray) -> bool:
+    return int(array.ctypes.data) % max(1, array.itemsize) == 0
+
+
 def _typed(plan: Plan, views: Mapping[BufferId, np.ndarray], buf_id: BufferId) -> np.ndarray:
     buf = plan.buffers[buf_id]
     return views[buf_id].view(DTYPES[buf.dtype]).reshape(buf.shape)
@@ -119,6 +133,7 @@ class Module:
         self._outputs = contents.outputs
         self._lock = threading.Lock()
         self._library = _open_library(contents.members["lib.so"])
+        self._slots: dict[BufferId, list[tuple[ctypes.Array[ctypes.c_void_p], int, int]]] = {}
 
         params = _aligned_bytes(len(contents.members["params.bin"]))
         params[:] = np.frombuffer(contents.members["params.bin"], dtype=np.uint8)
@@ -139,10 +154,29 @@ class Module:
                 functions[step.kernel] = fn
             pointers = (ctypes.c_void_p * len(step.args))(*(views[a].ctypes.data for a in step.args))
             calls.append((functions[step.kernel], pointers, step.kernel))
+            for index, arg in enumerate(step.args):
+                root, offset = _root(plan, arg)
+                if plan.buffers[root].kind in ("input", "output"):
+                    self._slots.setdefault(root, []).append((pointers, index, offset))
         self._calls = tuple(calls)
         self._feeds = {name: _typed(plan, views, buf_id) for name, buf_id in plan.inputs}
+        self._input_ids = dict(plan.inputs)
         outputs = dict(plan.outputs)
+        self._plan_outputs = tuple(plan.outputs)
         self._results = {spec.name: _typed(plan, views, outputs[spec.name]) for spec in self._outputs}
+        # run() hands kernels the caller's input arrays and fresh output arrays directly (no copies)
+        # where it can: not for an input some output is a view of, nor an output that is a view
+        self._own = {root: int(views[root].ctypes.data) for root in self._slots}
+        output_roots = {name: _root(plan, buf_id) for name, buf_id in plan.outputs}
+        read_back = {root for root, _ in output_roots.values() if plan.buffers[root].kind == "input"}
+        self._direct_inputs = {
+            name for name, buf_id in plan.inputs if buf_id in self._slots and buf_id not in read_back
+        }
+        self._direct_outputs = {
+            name
+            for name, (root, offset) in output_roots.items()
+            if root == outputs[name] and plan.buffers[root].kind == "output" and offset == 0
+        }
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
@@ -200,10 +234,30 @@ class Module:
         in the order of `outputs`."""
         arrays = self._check_feeds(feeds)
         with self._lock:
-            for name, array in arrays.items():
-                np.copyto(self._feeds[name], array)
-            self._execute()
-            return {name: view.copy() for name, view in self._results.items()}
+            try:
+                for name, array in arrays.items():
+                    if name in self._direct_inputs and array.flags.c_contiguous and _element_aligned(array):
+                        self._point(self._input_ids[name], array.ctypes.data)
+                    else:
+                        np.copyto(self._feeds[name], array)
+                fresh = {}
+                for name, view in self._results.items():
+                    if name in self._direct_outputs:
+                        fresh[name] = np.empty(view.shape, view.dtype)
+                        self._point(self._output_id(name), fresh[name].ctypes.data)
+                self._execute()
+                results = self._results.items()
+                return {name: fresh[name] if name in fresh else view.copy() for name, view in results}
+            finally:
+                for root, base in self._own.items():
+                    self._point(root, base)
+
+    def _point(self, root: BufferId, base: int) -> None:
+        for pointers, index, offset in self._slots.get(root, ()):
+            pointers[index] = base + offset
+
+    def _output_id(self, name: str) -> BufferId:
+        return dict(self._plan_outputs)[name]
 
     def benchmark(
         self, feeds: Mapping[str, np.ndarray], *, repeat: int = 10, min_time: float = 0.02, warmup: int = 1

@@ -62,6 +62,24 @@ def test_outputs_are_copies(artifact: Path) -> None:
     np.testing.assert_allclose(second["w"], tiny.W)
 
 
+def test_inputs_are_read_in_place_and_every_run_returns_its_own_outputs(artifact: Path) -> None:
+    """run() passes contiguous inputs and fresh output arrays straight to the kernels: the caller's
+    input is never written, an earlier result is never overwritten, and the module's own memory is
+    back in place afterwards (benchmark and later runs do not touch the caller's arrays)."""
+    module = load(artifact)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    kept = x.copy()
+    first = module.run({"x": x})
+    second = module.run({"x": 2 * x})
+    np.testing.assert_array_equal(x, kept)
+    np.testing.assert_allclose(first["y"], tiny.reference(kept)["y"])
+    np.testing.assert_allclose(second["y"], tiny.reference(2 * kept)["y"])
+    assert not np.shares_memory(first["y"], second["y"])
+    del x
+    module.benchmark({"x": np.ones((2, 3), np.float32)}, repeat=1, min_time=0.0)
+    np.testing.assert_allclose(module.run({"x": kept})["y"], tiny.reference(kept)["y"])
+
+
 def test_accepts_non_contiguous_input(artifact: Path) -> None:
     module = load(artifact)
     x = np.arange(6, dtype=np.float32).reshape(3, 2).T  # a transposed (Fortran-ordered) view
