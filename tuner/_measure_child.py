@@ -21,6 +21,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from compiler.runtime.module import openmp_wait_defaults
+
 ALIGN = 64
 _MAX_NUMBER = 10_000_000  # calls per repeat, whatever the calibration says
 
@@ -89,10 +91,9 @@ def measure_child(
     """Load, call once and report the output; if asked, warm up and time `repeats` repeats, each
     the mean per call over enough calls to last `min_repeat_secs`."""
     die_with_parent()
-    # libgomp reads its wait policy when the library is loaded. Idle threads sleep at once here: the
-    # kernel is called back to back, and spinning threads made timings on a busy machine erratic
-    # (candidates 100x off their speed, the cost model's rank correlation 0.93 -> 0.3-0.6)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # libgomp reads its wait policy when the library is loaded: the same as in a compiled model, so
+    # that a candidate is timed as it will run (threads kept hot from one call to the next)
+    openmp_wait_defaults()
     try:
         fn = _load(library, symbol)
         keep: list[Any] = []
