@@ -110,3 +110,14 @@ def test_random_broadcasting_chain(seed: int, tmp_path) -> None:  # type: ignore
     model = make_model(nodes, {"a": (TensorProto.FLOAT, shape), "b": (TensorProto.FLOAT, other),
                                "c": (TensorProto.FLOAT, list(c.shape))}, ["y"])
     _check(model, {"a": a, "b": b, "c": c}, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 300, 1000), (1, 37, 130), (2, 64, 33), (1, 2048, 17)])
+def test_dense_layers_with_partial_column_tiles(m: int, k: int, n: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Single-row (batch 1) dense layers take wide register tiles whose last one is partial: the
+    packed weight panels are zero-padded and the accumulation runs unguarded; outputs must not
+    show it (the bias epilogue reads only real columns)."""
+    rng = np.random.default_rng(m * 7 + k + n)
+    x, w, bias = _randn(rng, m, k), _randn(rng, k, n) / np.float32(np.sqrt(k)), _randn(rng, n)
+    model, feeds = single_op("Gemm", {"x": x}, {"w": w, "bias": bias})
+    _check(model, feeds, tmp_path, opt_level=3)
