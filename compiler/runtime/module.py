@@ -161,8 +161,7 @@ class Module:
         self._calls = tuple(calls)
         self._feeds = {name: _typed(plan, views, buf_id) for name, buf_id in plan.inputs}
         self._input_ids = dict(plan.inputs)
-        outputs = dict(plan.outputs)
-        self._plan_outputs = tuple(plan.outputs)
+        outputs = self._output_ids = dict(plan.outputs)
         self._results = {spec.name: _typed(plan, views, outputs[spec.name]) for spec in self._outputs}
         # run() hands kernels the caller's input arrays and fresh output arrays directly (no copies)
         # where it can: not for an input some output is a view of, nor an output that is a view
@@ -176,6 +175,7 @@ class Module:
             name
             for name, (root, offset) in output_roots.items()
             if root == outputs[name] and plan.buffers[root].kind == "output" and offset == 0
+            and list(outputs.values()).count(root) == 1
         }
 
     @property
@@ -244,7 +244,7 @@ class Module:
                 for name, view in self._results.items():
                     if name in self._direct_outputs:
                         fresh[name] = np.empty(view.shape, view.dtype)
-                        self._point(self._output_id(name), fresh[name].ctypes.data)
+                        self._point(self._output_ids[name], fresh[name].ctypes.data)
                 self._execute()
                 results = self._results.items()
                 return {name: fresh[name] if name in fresh else view.copy() for name, view in results}
@@ -255,9 +255,6 @@ class Module:
     def _point(self, root: BufferId, base: int) -> None:
         for pointers, index, offset in self._slots.get(root, ()):
             pointers[index] = base + offset
-
-    def _output_id(self, name: str) -> BufferId:
-        return dict(self._plan_outputs)[name]
 
     def benchmark(
         self, feeds: Mapping[str, np.ndarray], *, repeat: int = 10, min_time: float = 0.02, warmup: int = 1
