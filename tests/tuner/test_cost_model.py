@@ -2,7 +2,7 @@
 
 Measures 36 random candidates of one conv task for real, trains the XGBoost ranker on 24 and
 reports the Spearman rank correlation of its predictions with the measured throughput of the other
-12 (random scores have an expected correlation of 0). Seen here: 0.93-0.97.
+12 (random scores have an expected correlation of 0). Seen here: 0.84-0.97.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from compiler.target import host_target
 from compiler.tir.trace import replay
 from tuner.cost_model import RandomModel, XGBoostModel
 from tuner.features import extract
-from tuner.measure import LocalBuilder, LocalRunner, MeasureInput, measure
+from tuner.measure import LocalBuilder, LocalRunner, MeasureInput, MeasureOptions, measure
 from tuner.space import sample
 from tuner.task import extract_tasks
 
@@ -46,9 +46,9 @@ def test_xgboost_ranks_held_out_candidates() -> None:
         if t is not None:
             traces[t.dumps()] = t
     cands = list(traces.values())
-    results = measure(
-        LocalBuilder(target=host_target()), LocalRunner(), [MeasureInput(task, t) for t in cands]
-    )
+    # longer repeats than the tuner's default: this shared machine's speed drifts within seconds
+    runner = LocalRunner(MeasureOptions(repeats=5, min_repeat_secs=0.01))
+    results = measure(LocalBuilder(target=host_target()), runner, [MeasureInput(task, t) for t in cands])
     assert all(run.ok for _, run in results), [run.error_message for _, run in results if not run.ok]
     y = np.array([task.flops / np.median(run.run_secs) for _, run in results])
     feats = [
@@ -64,6 +64,9 @@ def test_xgboost_ranks_held_out_candidates() -> None:
     xgb = XGBoostModel(min_samples=8)
     xgb.update([feats[i] for i in train], y[train], ["conv"] * len(train))
     rho = _spearman(xgb.predict([feats[i] for i in held]), y[held])
-    rho_random = _spearman(RandomModel(0).predict([feats[i] for i in held]), y[held])
+    # chance level: the mean over many random rankings (one draw alone reached 0.66 here)
+    rho_random = float(
+        np.mean([_spearman(RandomModel(s).predict([feats[i] for i in held]), y[held]) for s in range(20)])
+    )
     print(f"rank correlation on held-out candidates: xgboost {rho:.2f}, random {rho_random:.2f}")
     assert rho > 0.5 and rho > rho_random
