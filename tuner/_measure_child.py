@@ -68,14 +68,24 @@ def _load(library: bytes, symbol: str) -> Any:
     return fn
 
 
-def _calls(fn: Any, args: Any, number: int) -> float:
-    """Seconds taken by `number` back-to-back calls (a non-zero return code stops the run)."""
+def _calls(fn: Any, arg_sets: list[Any], number: int) -> float:
+    """Seconds taken by `number` back-to-back calls, each on the next of `arg_sets` in turn (a
+    non-zero return code stops the run)."""
+    sets = len(arg_sets)
     start = time.perf_counter()
-    for _ in range(number):
-        code = fn(args)
+    for k in range(number):
+        code = fn(arg_sets[k % sets])
         if code:
             raise _KernelFailed(f"kernel returned {code}")
     return time.perf_counter() - start
+
+
+def copies_for(set_bytes: int, rotate_bytes: int) -> int:
+    """How many copies of a kernel's buffers to rotate through so that together they span
+    `rotate_bytes` (at least one; 0 disables the rotation)."""
+    if rotate_bytes <= 0 or set_bytes <= 0:
+        return 1
+    return max(1, min(64, math.ceil(rotate_bytes / set_bytes)))
 
 
 def measure_child(
@@ -87,9 +97,15 @@ def measure_child(
     warmup: int,
     repeats: int,
     min_repeat_secs: float,
+    rotate_bytes: int = 0,
 ) -> None:
     """Load, call once and report the output; if asked, warm up and time `repeats` repeats, each
-    the mean per call over enough calls to last `min_repeat_secs`."""
+    the mean per call over enough calls to last `min_repeat_secs`.
+
+    Timed calls rotate through copies of the buffers spanning `rotate_bytes`, so that a kernel is
+    timed with its weights and activations out of the private caches, as in a model, where the
+    kernels before it have evicted them: timed hot, a kernel whose working set fits in L2 looks up
+    to twice as fast as it runs in the model, and the tuner picks for the wrong regime."""
     die_with_parent()
     # libgomp reads its wait policy when the library is loaded: the same as in a compiled model, so
     # that a candidate is timed as it will run (threads kept hot from one call to the next)
@@ -99,15 +115,19 @@ def measure_child(
         keep: list[Any] = []
         pointers = [_aligned(data, len(data), keep) for data in inputs]
         out = _aligned(None, out_nbytes, keep)
-        args = (ctypes.c_void_p * (len(pointers) + 1))(*pointers, out)
-        _calls(fn, args, 1)
+        first = [(ctypes.c_void_p * (len(pointers) + 1))(*pointers, out)]
+        _calls(fn, first, 1)
         conn.send(("output", ctypes.string_at(out, out_nbytes)))
         if not conn.recv():
             return
-        _calls(fn, args, warmup)
-        once = _calls(fn, args, 1)
+        arg_sets = first
+        for _ in range(copies_for(sum(map(len, inputs)) + out_nbytes, rotate_bytes) - 1):
+            more = [_aligned(data, len(data), keep) for data in inputs]
+            arg_sets.append((ctypes.c_void_p * (len(more) + 1))(*more, _aligned(None, out_nbytes, keep)))
+        _calls(fn, arg_sets, warmup * len(arg_sets))
+        once = _calls(fn, arg_sets, len(arg_sets)) / len(arg_sets)
         number = max(1, min(_MAX_NUMBER, math.ceil(min_repeat_secs / max(once, 1e-9))))
-        secs = tuple(_calls(fn, args, number) / number for _ in range(repeats))
+        secs = tuple(_calls(fn, arg_sets, number) / number for _ in range(repeats))
         conn.send(("timing", secs))
     except Exception as exc:  # everything observable here is the candidate's failure, sent as data
         with contextlib.suppress(OSError):  # the parent may have given up already

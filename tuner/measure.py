@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,25 @@ from tuner.records import ErrorKind
 from tuner.task import Task, pack_inputs
 
 WORKER_DIED = "builder process died"
+
+
+def _l2_bytes() -> int:
+    """This machine's total L2 (per-core size x cores, from sysfs), 2 MiB per core where it cannot
+    be read."""
+    per_core = 0
+    with contextlib.suppress(OSError, ValueError):
+        for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")):
+            base = f"/sys/devices/system/cpu/cpu0/cache/{index}"
+            with open(f"{base}/level") as level, open(f"{base}/size") as size:
+                if level.read().strip() == "2":
+                    text = size.read().strip().upper()
+                    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+                    per_core = int(text.rstrip("KM")) * scale
+    return (per_core if per_core > 0 else 2 << 20) * (os.cpu_count() or 1)
+
+
+# four times the L2s: every buffer of a kernel has left the private caches before it is used again
+DEFAULT_ROTATE_BYTES = max(16 << 20, 4 * _l2_bytes())
 
 
 @dataclass(frozen=True)
@@ -79,10 +99,15 @@ class MeasureOptions:
     rtol: float = 1e-3  # allowed error: atol + rtol * max |reference|
     atol: float = 1e-4
     inputs_seed: int = 0  # Task.inputs(seed): the fixed inputs every candidate of a task runs on
+    # timed calls rotate through copies of the buffers spanning this many bytes, so kernels are
+    # timed with cold private caches as in a model (0: one copy, caches stay hot)
+    rotate_bytes: int = DEFAULT_ROTATE_BYTES
 
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.warmup < 0 or self.min_repeat_secs < 0:
             raise ValueError("measure options need repeats >= 1, warmup >= 0 and min_repeat_secs >= 0")
+        if self.rotate_bytes < 0:
+            raise ValueError("measure options need rotate_bytes >= 0")
         if self.timeout_secs <= 0 or self.rtol < 0 or self.atol < 0:
             raise ValueError("measure options need timeout_secs > 0 and non-negative tolerances")
 
@@ -306,6 +331,7 @@ def run_one(payload: RunPayload) -> RunResult:
             opts.warmup,
             opts.repeats,
             opts.min_repeat_secs,
+            opts.rotate_bytes,
         ),
         name="temper-measure",
         daemon=True,

@@ -115,9 +115,7 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     lanes = info.target.lanes()
     regs = 32 if info.target.vector_bits >= 512 else 16
     mt0, nt0 = register_tile(info.target, M, N)
-    nt_options = sorted(
-        {min(v * lanes, N) for v in range(1, 9) if N % (v * lanes) == 0 or v * lanes >= N} | {nt0}
-    )
+    nt_options = sorted({min(v * lanes, N) for v in range(1, 9)} | {nt0})
     nt = sch.decide("nt", nt_options, nt0)
     nvec = max(1, -(-nt // lanes))
     max_rows = max(1, (regs - nvec - 1) // nvec)

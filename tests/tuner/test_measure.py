@@ -223,6 +223,18 @@ def test_measure_options_reject_nonsense() -> None:
         MeasureOptions(repeats=0)
     with pytest.raises(ValueError, match="timeout"):
         MeasureOptions(timeout_secs=0)
+    with pytest.raises(ValueError, match="rotate_bytes"):
+        MeasureOptions(rotate_bytes=-1)
+
+
+def test_timed_calls_rotate_through_enough_buffer_copies_to_leave_the_caches() -> None:
+    from tuner._measure_child import copies_for
+
+    assert copies_for(1 << 20, 16 << 20) == 16  # a 1 MiB kernel: 16 copies span 16 MiB
+    assert copies_for(40 << 20, 16 << 20) == 1  # already larger than the span
+    assert copies_for(1000, 16 << 20) == 64  # capped
+    assert copies_for(1 << 20, 0) == 1  # rotation off: one copy, caches stay hot
+    assert MeasureOptions().rotate_bytes >= 16 << 20
 
 
 def test_runner_needs_one_build_per_input(tasks: list[Task]) -> None:

@@ -15,6 +15,7 @@ from compiler.graph.passes.eliminate import common_subexpression_elimination, de
 from compiler.graph.passes.fold_batch_norm import fold_batch_norm
 from compiler.graph.passes.fold_constants import fold_constants
 from compiler.graph.passes.fuse import Group, partition, print_fused
+from compiler.graph.passes.pointwise_matmul import pointwise_conv_to_matmul
 from compiler.graph.passes.simplify import simplify
 
 Pass = Callable[[Graph], Graph]
@@ -42,6 +43,10 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     ("fold_constants", fold_constants),
     ("simplify", simplify),  # drop no-op reshapes/casts/x*1/x+0, merge reshape and transpose chains
     ("fold_batch_norm", fold_batch_norm),  # BN scales conv/matmul weights; the rest become mul + add
+    # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
+    # reshapes this leaves between two such layers cancel out
+    ("pointwise_conv_to_matmul", pointwise_conv_to_matmul),
+    ("simplify_reshapes", simplify),
     ("common_subexpression_elimination", common_subexpression_elimination),  # merge equal consts and calls
     ("one_kernel_per_op", one_kernel_per_op),
 ]
@@ -78,6 +83,7 @@ __all__ = [
     "fuse_ops",
     "one_kernel_per_op",
     "partition",
+    "pointwise_conv_to_matmul",
     "print_fused",
     "run_passes",
     "simplify",

@@ -57,7 +57,8 @@ def _merge(call: Call, args: tuple[Expr, ...]) -> Expr | None:
     """Collapse two consecutive reshapes or transposes into one."""
     x = args[0]
     if call.op == "reshape" and isinstance(x, Call) and x.op == "reshape":
-        return Call("reshape", x.args, call.attrs, call.type, call.name)
+        inner = x.args[0]
+        return inner if inner.type == call.type else Call("reshape", x.args, call.attrs, call.type, call.name)
     if call.op == "transpose" and isinstance(x, Call) and x.op == "transpose":
         inner, outer = x.attr("perm"), call.attr("perm")
         perm = tuple(inner[p] for p in outer)

@@ -115,6 +115,13 @@ case("Conv_same_upper", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_UPPE
 case("Conv_same_lower", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_LOWER", strides=[2, 2])
 case("Conv_valid", "Conv", X, {"w": randn(6, 4, 3, 2)}, auto_pad="VALID")
 case("Conv_1x1", "Conv", X, {"w": randn(6, 4, 1, 1)})
+# a pointwise conv over a 16x16 plane of 32 channels, batch 2: compiled as a matmul on the planes
+case(
+    "Conv_1x1_as_matmul",
+    "Conv",
+    {"x": lambda: randn(2, 32, 16, 16)},
+    {"w": randn(20, 32, 1, 1), "b": randn(20)},
+)
 case("Conv_runtime_weight", "Conv", {"x": lambda: randn(1, 4, 6, 6), "w": lambda: randn(3, 4, 3, 3)})
 case(
     "Conv_1d",

@@ -16,9 +16,12 @@ from compiler.graph.passes import (
     dead_code_elimination,
     fold_batch_norm,
     fold_constants,
+    fuse_ops,
+    pointwise_conv_to_matmul,
     run_passes,
     simplify,
 )
+from compiler.graph.passes.fuse import groups_of
 from compiler.graph.verify import verify_graph
 from tests.compiler.graph.graph_builders import CONV, call, const, feeds, graph, var
 from tests.models import builders
@@ -201,6 +204,58 @@ def test_dead_code_elimination_keeps_what_outputs_need() -> None:
     out = dead_code_elimination(g)
     assert ops(out) == ["relu"] and out.inputs == g.inputs
     check_pass(g, out)
+
+
+# ---- pointwise_conv_to_matmul -----------------------------------------------------------------------
+
+POINTWISE = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1}
+
+
+def test_pointwise_conv_becomes_a_matmul_with_its_epilogue_on_the_flat_view() -> None:
+    x = var("x", 1, 32, 16, 16)
+    res = var("res", 1, 8, 16, 16)
+    conv = call("conv2d", x, const("w", 8, 32, 1, 1), **POINTWISE)
+    y = call("add", call("clip", call("add", conv, const("b", 8, 1, 1)), min=0.0, max=6.0), res)
+    g = graph([x, res], y)
+    out = simplify(pointwise_conv_to_matmul(g))
+    check_pass(g, out)
+    assert ops(out) == ["reshape", "matmul", "add", "clip", "reshape", "add", "reshape"]
+    kernels = [g.ops for g in groups_of(fuse_ops(out)) if g.ops != ["reshape"]]  # reshapes: aliases
+    assert kernels == [["matmul", "add", "clip", "add"]]
+
+
+def test_pointwise_layers_in_a_row_share_the_flat_view() -> None:
+    x = var("x", 1, 32, 16, 16)
+    a = call("relu", call("conv2d", x, const("w1", 48, 32, 1, 1), **POINTWISE))
+    b = call("conv2d", a, const("w2", 24, 48, 1, 1), **POINTWISE)
+    g = graph([x], b)
+    out = simplify(pointwise_conv_to_matmul(g))
+    check_pass(g, out)
+    assert ops(out) == ["reshape", "matmul", "relu", "matmul", "reshape"]
+
+
+@pytest.mark.parametrize(
+    ("shape", "attrs", "why"),
+    [
+        ((1, 32, 14, 14), POINTWISE, "a 14x14 plane does not fill vectors evenly"),
+        ((1, 16, 16, 16), POINTWISE, "16 input channels: too short a reduction"),
+        ((1, 32, 32, 32), {**POINTWISE, "strides": (2, 2)}, "strided"),
+        ((1, 32, 16, 16), {**POINTWISE, "pads": (1, 1, 1, 1)}, "padded"),
+    ],
+)
+def test_other_convolutions_stay_convolutions(shape: tuple[int, ...], attrs: dict, why: str) -> None:
+    x = var("x", *shape)
+    g = graph([x], call("relu", call("conv2d", x, const("w", 8, shape[1], 1, 1), **attrs)))
+    assert ops(pointwise_conv_to_matmul(g)) == ["conv2d", "relu"], why
+
+
+def test_an_epilogue_broadcasting_along_one_spatial_axis_stays_in_nchw() -> None:
+    x = var("x", 1, 32, 16, 16)
+    conv = call("conv2d", x, const("w", 8, 32, 1, 1), **POINTWISE)
+    g = graph([x], call("mul", conv, const("rows", 1, 1, 16, 1)))
+    out = simplify(pointwise_conv_to_matmul(g))
+    check_pass(g, out)
+    assert ops(out) == ["reshape", "matmul", "reshape", "mul"]
 
 
 # ---- levels -----------------------------------------------------------------------------------------
