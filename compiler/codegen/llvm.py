@@ -275,6 +275,9 @@ class KernelEmitter:
             a = self._expr(ctx, e.a)
             return b.not_(a)
         if isinstance(e, Select):
+            padded = self._padded_load(ctx, e)
+            if padded is not None:
+                return padded
             c = self._expr(ctx, e.cond)
             t, f = self._match(ctx, self._expr(ctx, e.t), self._expr(ctx, e.f))
             if isinstance(c.type, ir.VectorType) and not isinstance(t.type, ir.VectorType):
@@ -288,6 +291,68 @@ class KernelEmitter:
         if isinstance(e, Call):
             return self._call(ctx, e)
         raise CodegenError(f"cannot generate code for {type(e).__name__}")
+
+    def _padded_load(self, ctx: _Ctx, sel: Select) -> ir.Value | None:
+        """`select(cond, A[clamped index], constant)` in a vector loop (a padded copy of a tensor)
+        as one masked load of the unclamped addresses, where every lane that `cond` selects lies
+        inside its clamps (lanes outside the clamps are never touched). Vectors where a selected
+        lane is clamped take the lane-by-lane path. None: not this pattern."""
+        e = sel.t
+        if ctx.vec is None or not isinstance(e, Load) or not isinstance(sel.f, (FloatImm, IntImm)):
+            return None
+        if e.buffer not in ctx.bufs or e.buffer.dtype not in ("float32", "float64", "int32", "int64"):
+            return None
+        var, lanes = ctx.vec
+        off = self._flat_offset(e.buffer, e.indices, ctx.ranges)
+        clamps: list[tuple[Expr, int, int]] = []
+        inside = _strip_clamps(off, var, clamps)
+        lin = affine_coeffs(inside) if clamps else None
+        if (
+            lin is None
+            or lin[0].get(var) != 1
+            or any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
+        ):
+            return None
+        b = ctx.builder
+        c = self._expr(ctx, sel.cond)
+        if not isinstance(c.type, ir.VectorType):
+            return None
+        inside_lanes: ir.Value = ir.Constant(c.type, [1] * lanes)
+        for x, lo, hi in clamps:
+            xv = self._expr(ctx, x)
+            if not isinstance(xv.type, ir.VectorType):
+                return None
+            above = b.icmp_signed(">=", xv, ir.Constant(xv.type, [lo] * lanes))
+            below = b.icmp_signed("<=", xv, ir.Constant(xv.type, [hi] * lanes))
+            inside_lanes = b.and_(inside_lanes, b.and_(above, below))
+        wanted = c if ctx.mask is None else b.and_(c, ctx.mask)
+        clamped = b.and_(wanted, b.not_(inside_lanes))
+        any_clamped = b.icmp_unsigned(
+            "!=", b.bitcast(clamped, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0)
+        )
+        vt = ir.VectorType(_MEM_TYPES[e.buffer.dtype], lanes)
+        fill = self._splat(b, self._expr(ctx, sel.f), lanes)
+        with b.if_else(any_clamped) as (slow, fast):
+            with slow:
+                slow_value = b.select(c, self._load(ctx, e), fill)
+                slow_block = b.block
+            with fast:
+                saved = ctx.vec
+                ctx.vec = None
+                base = self._expr(ctx, simplify(substitute(inside, {var: IntImm(0)}), ctx.ranges))
+                ctx.vec = saved
+                ptr = ctx.bufs[e.buffer]
+                mem = _MEM_TYPES[e.buffer.dtype]
+                if ptr.type != mem.as_pointer():
+                    ptr = b.bitcast(ptr, mem.as_pointer())
+                # not inbounds: the first lane's address may lie before the buffer (a masked lane)
+                p = b.bitcast(b.gep(ptr, [base], source_etype=mem), PTR)
+                fast_value = b.call(self._masked("load", vt), [p, ir.Constant(I32, 4), wanted, fill])
+                fast_block = b.block
+        phi = b.phi(vt)
+        phi.add_incoming(slow_value, slow_block)
+        phi.add_incoming(fast_value, fast_block)
+        return phi
 
     def _cast(self, ctx: _Ctx, v: ir.Value, src: str, dst: str) -> ir.Value:
         b = ctx.builder
@@ -674,3 +739,23 @@ def _buffers_used(s: Stmt) -> list[Buffer]:
 
 def emit_kernel(module: ir.Module, func: PrimFunc, symbol: str) -> ir.Function:
     return KernelEmitter(module, func, symbol).emit()
+
+
+def _strip_clamps(e: Expr, var: Var, clamps: list[tuple[Expr, int, int]]) -> Expr:
+    """`e` without its clamps `min(max(x, lo), hi)` of an `x` that depends on `var` (the vector
+    lane); each removed clamp is appended to `clamps` as (x, lo, hi)."""
+    if isinstance(e, BinOp):
+        if (
+            e.op == "min"
+            and isinstance(e.b, IntImm)
+            and isinstance(e.a, BinOp)
+            and e.a.op == "max"
+            and isinstance(e.a.b, IntImm)
+            and any(x is var for x in walk_expr(e.a.a))
+        ):
+            inner = _strip_clamps(e.a.a, var, clamps)
+            clamps.append((inner, int(e.a.b.value), int(e.b.value)))
+            return inner
+        a, b = _strip_clamps(e.a, var, clamps), _strip_clamps(e.b, var, clamps)
+        return e if a is e.a and b is e.b else BinOp(e.op, a, b)
+    return e

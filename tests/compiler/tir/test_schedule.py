@@ -131,3 +131,28 @@ def test_predicated_vector_loop_matches_numpy() -> None:
     out = np.full((3, 40), -1.0, np.float32)[:, :37].copy()
     run_func(sch.func, a, out)
     np.testing.assert_allclose(out, np.exp(a[:, (np.arange(37) * 7) % 37]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("width", "vector"), [(37, 8), (30, 16), (40, 40)])
+def test_vectorized_padded_copy_matches_numpy(width: int, vector: int) -> None:
+    """A padded copy (select of a clamped load) vectorized along the row: whole vectors inside the
+    row load at once, vectors over the border mix loaded lanes and padding, partial vectors mask."""
+    from compiler.ops.conv2d import pad_tensor
+    from compiler.tir import compute as te
+    from compiler.tir.lower import lower
+
+    with te.tensor_scope():
+        x = te.placeholder((3, width), "float32", "x")
+        y = pad_tensor(x, (1, 2), (2, 3), -7.0, "x")
+        func = lower("k", [x], y)
+    sch = Schedule(func)
+    row = "x_pad_i1"
+    if vector < width:
+        _, inner = sch.split(row, [None, vector])
+        sch.vectorize(inner)
+    else:
+        sch.vectorize(row)
+    a = RNG.standard_normal((3, width), dtype=np.float32)
+    out = np.zeros((6, width + 5), np.float32)
+    run_func(sch.func, a, out)
+    np.testing.assert_array_equal(out, np.pad(a, ((1, 2), (2, 3)), constant_values=-7.0))
