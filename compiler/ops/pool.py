@@ -9,6 +9,7 @@ Averages divide by the window clipped to the input (count_include_pad=0) or to t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,9 +27,19 @@ from compiler.ops.common import (
     pool_out_size,
     positive,
 )
+from compiler.ops.conv2d import pad_tensor
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm
+from compiler.tir.rules import (
+    MIN_PARALLEL_WORK,
+    KernelInfo,
+    block_of,
+    inline_injective,
+    parallel_vectorize,
+    root_loops,
+)
+from compiler.tir.trace import Schedule
 
 
 def _geometry(op: str, x: TensorType, attrs: dict[str, Any], dilated: bool) -> dict[str, Any]:
@@ -154,14 +165,78 @@ def _max_pool_compute(
     kh, kw = attrs["kernel"]
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
 
-    def body(n: Expr, c: Expr, oh: Expr, ow: Expr) -> te.Reduce:
-        cond, hc, wc = _window_index(x, attrs, oh, ow, ry, rx)
-        v = x[n, c, hc, wc]
-        return te.reduce_max(
-            te.select(cond, v, FloatImm(float("-inf"), x.dtype)) if cond is not None else v, [ry, rx]
+    sh, sw = attrs["strides"]
+    pt, pl = attrs["pads"][0], attrs["pads"][1]
+    dh, dw = attrs.get("dilations", (1, 1))
+    # pad with -inf so that every window (ceil_mode's last one too) reads inside the padded input
+    after = [
+        max(
+            0,
+            (out.shape[2 + i] - 1) * (sh, sw)[i]
+            + ((kh, kw)[i] - 1) * (dh, dw)[i]
+            + 1
+            - x.shape[2 + i]
+            - (pt, pl)[i],
         )
+        for i in range(2)
+    ]
+    xp = pad_tensor(x, (0, 0, pt, pl), (0, 0, *after), float("-inf"), name)
+
+    def body(n: Expr, c: Expr, oh: Expr, ow: Expr) -> te.Reduce:
+        h = te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh)))
+        w = te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw)))
+        return te.reduce_max(xp[n, c, h, w], [ry, rx])
 
     return te.compute(out.shape, body, name, tag="anchor", axis_names=["n", "c", "oh", "ow"], dtype=out.dtype)
+
+
+def _max_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
+    """One channel plane per parallel iteration, its padded copy made right before it (so it stays
+    in cache); output rows as vectors of up to 64 columns (strided window reads become wide loads
+    and shuffles), the window unrolled, the running max in registers, the epilogue per row tile."""
+    pool = info.anchor_block
+    assert pool is not None
+    pad = f"{pool}_pad"
+    keep = (pad,) if pad in sch.blocks() else ()
+    inline_injective(sch, info, keep=keep)
+    blk = block_of(sch, pool)
+    if info.output_block != pool:
+        sch.set_scope(blk.body.buffer.name, "local")  # type: ignore[union-attr]
+        consumer = info.output_block
+    else:
+        consumer = sch.cache_write(pool)
+    ln, lc, loh, low, lry, lrx = [f.var.name for f in root_loops(sch, pool)]
+    lanes = info.target.lanes()
+    oh, ow = blk.iter_vars[2].extent, blk.iter_vars[3].extent
+    vw0 = ow if ow <= 64 else max(d for d in range(1, 65) if ow % d == 0)
+    vw = sch.decide("vector_width", sorted({vw0} | {d for d in range(lanes, 65, lanes) if ow % d == 0}), vw0)
+    nv = -(-vw // lanes)
+    row_options = [d for d in range(1, oh + 1) if oh % d == 0 and d * nv <= 16]
+    rows = sch.decide("rows", row_options, 1)
+    oho, ohi = sch.split(loh, [None, rows])
+    owo, owv = sch.split(low, [None, vw])
+    sch.reorder(ln, lc, oho, owo, lry, lrx, ohi, owv)
+    outer = sch.fuse(ln, lc)
+    work = math.prod(iv.extent for iv in blk.iter_vars)
+    if sch.decide("parallel", [True, False], work >= MIN_PARALLEL_WORK):
+        sch.parallel(outer)
+    sch.unroll(lry)
+    sch.unroll(lrx)
+    sch.unroll(ohi)
+    sch.vectorize(owv)
+    sch.reverse_compute_at(consumer, owo)
+    sch.decompose_reduction(pool, lry)
+    inner = root_loops(sch, consumer)[-1]
+    if inner.extent <= 64:
+        sch.vectorize(inner.var.name)
+    if keep and sch.decide("pad_at", ["plane", "kernel"], "plane") == "plane":
+        sch.set_scope(pad, "local")
+        sch.compute_at(pad, outer)
+        last = root_loops(sch, pad)[-1]
+        _, pv = sch.split(last.var.name, [None, lanes])
+        sch.vectorize(pv)
+    elif keep:
+        parallel_vectorize(sch, pad, info.target)
 
 
 def _avg_pool_compute(
@@ -201,6 +276,15 @@ def _avg_pool_compute(
 
 
 # max_pool2d(x), attrs: kernel, strides, pads, dilations, ceil_mode
-register(OpDef("max_pool2d", Pattern.ANCHOR, _max_infer, _max_pool, compute=_max_pool_compute))
+register(
+    OpDef(
+        "max_pool2d",
+        Pattern.ANCHOR,
+        _max_infer,
+        _max_pool,
+        compute=_max_pool_compute,
+        schedule=_max_pool_schedule,
+    )
+)
 # avg_pool2d(x), attrs: kernel, strides, pads, ceil_mode, count_include_pad
 register(OpDef("avg_pool2d", Pattern.ANCHOR, _avg_infer, _avg_pool, compute=_avg_pool_compute))
