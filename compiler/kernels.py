@@ -78,15 +78,15 @@ def workload_key(group: Any, const_params: frozenset[int]) -> str:
     ops = []
     for k, node in enumerate(body.calls()):
         index[id(node)] = len(group.params) + k
-        ops.append(
-            [
-                node.op,
-                [index[id(a)] for a in node.args],
-                _canon(node.attrs),
-                list(node.type.shape),
-                node.type.dtype,
-            ]
-        )
+        entry = [
+            node.op,
+            [index[id(a)] for a in node.args],
+            _canon(node.attrs),
+            list(node.type.shape),
+            node.type.dtype,
+        ]
+        version = registry.get(node.op).version
+        ops.append(entry if version == 1 else [*entry, version])  # version 1: keys as before
     payload = {
         "v": WORKLOAD_VERSION,
         "params": [[list(p.type.shape), p.type.dtype, k in const_params] for k, p in enumerate(group.params)],

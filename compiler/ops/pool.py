@@ -284,6 +284,7 @@ register(
         _max_pool,
         compute=_max_pool_compute,
         schedule=_max_pool_schedule,
+        version=2,  # 2: padded copy + own schedule (version 1 traces were the generic schedule's)
     )
 )
 # avg_pool2d(x), attrs: kernel, strides, pads, ceil_mode, count_include_pad

@@ -49,6 +49,9 @@ class OpDef:
     reference: ReferenceFn
     compute: Callable[..., Any] | None = None
     schedule: Callable[..., Any] | None = None
+    # part of the workload key: bumped when compute or schedule change what a recorded trace
+    # means, so that tuning records made for the older definition are no longer applied
+    version: int = 1
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -102,3 +102,19 @@ def test_features_have_fixed_length_and_differ_between_schedules(tasks) -> None:
         assert f.shape == (N_FEATURES,) and np.isfinite(f).all()
         vectors.add(f.tobytes())
     assert len(vectors) > 2
+
+
+def test_workload_keys_follow_the_op_definition_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are keyed on what a trace means: bumping an op's definition version (a new compute
+    or schedule) gives its kernels new keys, so records of the older definition stop applying."""
+    import dataclasses
+
+    from compiler.ops import registry
+
+    model = conv_matmul_model().SerializeToString()
+    before = [t.key for t in extract_tasks(model, CompileOptions())]
+    assert before == [t.key for t in extract_tasks(model, CompileOptions())]  # stable
+    conv = registry.get("conv2d")
+    monkeypatch.setitem(registry._REGISTRY, "conv2d", dataclasses.replace(conv, version=conv.version + 1))
+    after = [t.key for t in extract_tasks(model, CompileOptions())]
+    assert after[0] != before[0] and after[1] == before[1]
