@@ -11,6 +11,9 @@ candidate and counts recorded ones against the budget). A worker asked to stop (
 stops its tuning run and puts the job back in the queue, so another worker takes it at once.
 
 `temper worker` runs one worker per process (`run_workers`); `temper serve` runs one in a thread.
+A compile job compiles in a child process (LLVM's assertions abort the process they fail in: such a
+crash fails the job, not the worker or the API); a tuning job builds and measures its candidates in
+child processes of the tuner's own.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +147,8 @@ class Worker:
         self._owns_db = db is None
         self.blobs = BlobStore(settings.blobs_dir)
         self._dask: Any = None  # service.executors.DaskExecutors, made on first use
+        # what a compile job runs in its child process (a module-level function: it is pickled)
+        self.compile_fn: Callable[[bytes, Any, str | None], bytes | str] = compile_artifact
 
     def close(self) -> None:
         if self._dask is not None:
@@ -245,19 +252,17 @@ class Worker:
     # --- compile -------------------------------------------------------------------------------
 
     def _compile(self, job: JobInfo, ctl: _Control) -> _Outcome:
-        from compiler.pipeline import compile_model
-        from compiler.runtime import artifact_bytes, read_artifact
-        from tuner.apply import DatabaseSource
+        from compiler.errors import CompilerError
+        from compiler.runtime import read_artifact
 
         params = job.params
         options = _compile_options(params, self.settings.target, self._overrides(params.get("overrides")))
-        source = DatabaseSource(self.db) if params.get("use_tuned", True) else None
-        compiled = compile_model(self._model_bytes(job), options, source)
+        url = self.settings.database_url if params.get("use_tuned", True) else None
+        data = self._in_child(self.compile_fn, self._model_bytes(job), options, url)
+        if isinstance(data, str):
+            raise CompilerError(data)
         if ctl.halted.is_set():
             return _Outcome("cancelled")
-        data = artifact_bytes(
-            manifest=compiled.manifest, library=compiled.library, plan=compiled.plan, params=compiled.params
-        )
         key = self.blobs.put_bytes(data)
         manifest, _ = read_artifact(data)
         try:  # the artifact and the job's end commit together, and only while the job is still ours
@@ -270,6 +275,23 @@ class Worker:
         else:
             log.info("worker %s: compile job %s succeeded: artifact %s", self.worker_id, job.id, artifact.id)
         return _Outcome("succeeded", ended=True)
+
+    def _in_child(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args) in a process of its own: code generation runs LLVM, whose assertions abort the
+        process they fail in, and a compile must cost only its job, never the worker (nor, for
+        `temper serve`'s embedded worker, the API)."""
+        from tuner._measure_child import die_with_parent
+        from tuner.measure import mp_context
+
+        pool = ProcessPoolExecutor(1, mp_context=mp_context(), initializer=die_with_parent)
+        try:
+            return pool.submit(fn, *args).result()
+        except BrokenProcessPool:
+            raise JobError(
+                "the compiler process died (a crash in code generation); nothing was stored"
+            ) from None
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _overrides(self, raw: Any) -> dict[str, Any]:
         """{node: "record:ID" | trace JSON} -> {node: ScheduleChoice}. Only records and inline traces:
@@ -395,6 +417,27 @@ def _positive_int(params: Mapping[str, Any], name: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise JobError(f"{name} must be a positive integer, not {value!r}")
     return value
+
+
+def compile_artifact(model: bytes, options: Any, database_url: str | None) -> bytes | str:
+    """A compile job's work (run in a child process): the artifact's bytes, using the tuning
+    records of `database_url` (None: default schedules), or a CompilerError's message."""
+    from compiler.errors import CompilerError
+    from compiler.pipeline import compile_model
+    from compiler.runtime import artifact_bytes
+    from tuner.apply import DatabaseSource
+
+    db = SqlDatabase(database_url, upgrade=False) if database_url else None
+    try:
+        compiled = compile_model(model, options, DatabaseSource(db) if db is not None else None)
+    except CompilerError as exc:  # sent back as its message: the job fails with exactly it
+        return str(exc)
+    finally:
+        if db is not None:
+            db.close()
+    return artifact_bytes(
+        manifest=compiled.manifest, library=compiled.library, plan=compiled.plan, params=compiled.params
+    )
 
 
 def _compile_options(params: Mapping[str, Any], default_target: str, overrides: Mapping[str, Any]) -> Any:

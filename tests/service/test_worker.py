@@ -159,6 +159,26 @@ def test_user_errors_fail_the_job_with_their_message(
     assert "internal error" not in (failed.error or "")
 
 
+def test_a_compiler_crash_fails_only_its_job(worker: Worker) -> None:
+    """Code generation runs in a child process: an abort there (as an LLVM assertion makes) fails the
+    job with a clear error, stores nothing, and the worker goes on with the next job."""
+    from tests.service.crashing import abort_compile
+
+    real = worker.compile_fn
+    worker.compile_fn = abort_compile
+    crashed = _submit(worker, "compile", {})
+    blobs = sorted(p for p in Path(worker.settings.blobs_dir).rglob("*") if p.is_file())
+    assert worker.run_one()
+    got = _get(worker.db, crashed)
+    assert got.state == "failed" and "compiler process died" in (got.error or "")
+    assert got.artifact_id is None
+    assert sorted(p for p in Path(worker.settings.blobs_dir).rglob("*") if p.is_file()) == blobs
+    worker.compile_fn = real
+    fine = _submit(worker, "compile", {})
+    assert worker.run_one()
+    assert _get(worker.db, fine).state == "succeeded"
+
+
 def test_bad_tuning_parameters_fail_the_job(worker: Worker) -> None:
     job = _submit(worker, "tune", {"trials": 0})
     assert worker.run_one()
