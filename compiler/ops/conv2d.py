@@ -213,7 +213,10 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         # one vector of up to 64 lanes along the row (LLVM splits it into registers), and enough
         # rows that the unrolled tile keeps ~8 independent accumulators (FMA latency x throughput)
         vw0 = ow if ow <= 64 else max(d for d in range(1, 65) if ow % d == 0)
-        widths = sorted({vw0} | {d for d in range(lanes, 65, lanes) if ow % d == 0})
+        # half vectors too: a row of 56 is 7 of them, where a 56-lane vector is 3.5 registers,
+        # which LLVM splits clumsily (worst with stride-2 reads, shuffled per register)
+        half = max(1, lanes // 2)
+        widths = sorted({vw0} | {d for d in range(half, 65, half) if ow % d == 0})
         vw = sch.decide("vector_width", widths, vw0)
         nv = -(-vw // lanes)
         row_options = [d for d in range(1, oh + 1) if oh % d == 0 and d * nv <= 24]
@@ -268,7 +271,9 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         oc = oc_iv.extent
         nt = sch.decide("nt", sorted({v * lanes for v in (1, 2, 3, 4) if oc % (v * lanes) == 0} | {nt0}), nt0)
         nvec = max(1, -(-nt // lanes))
-        max_w = max(1, (regs - nvec - 2) // nvec)
+        # accumulators + one register per weight vector; the broadcast input can be an FMA's
+        # memory operand, so a tile may fill every register (the default leaves some spare)
+        max_w = max(1, (regs - nvec) // nvec)
         owt = sch.decide(
             "owt",
             [d for d in range(1, min(ow_iv.extent, max_w) + 1) if ow_iv.extent % d == 0],

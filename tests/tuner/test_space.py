@@ -90,6 +90,47 @@ def test_random_candidates_compute_the_reference(tasks, index: int) -> None:  # 
     assert space_size(task.workload) > 3
 
 
+def _conv_model(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], **attrs: object) -> bytes:
+    rng = np.random.default_rng(1)
+    weight = numpy_helper.from_array(rng.standard_normal(w).astype(np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["c"], **attrs)
+    relu = helper.make_node("Relu", ["c"], ["y"])
+    graph = helper.make_graph(
+        [node, relu],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out))],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("x", "w", "out", "attrs"),
+    [
+        # depthwise, stride 2: rows of 24 outputs, vectors of 8, 24 or wider
+        (
+            (1, 16, 48, 48),
+            (16, 1, 3, 3),
+            (1, 16, 24, 24),
+            {"group": 16, "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        ),
+        # pointwise on a 7x7 plane, 64 output channels: up to 4 vectors of channels x 7 columns
+        ((1, 32, 7, 7), (64, 32, 1, 1), (1, 64, 7, 7), {}),
+    ],
+)
+def test_sampled_conv_schedules_compute_the_reference(x, w, out, attrs) -> None:  # type: ignore[no-untyped-def]
+    (task,) = extract_tasks(_conv_model(x, w, out, **attrs), CompileOptions())
+    rng = random.Random(5)
+    for _ in range(12):
+        trace = sample(task.workload, rng)
+        if trace is None:
+            continue
+        got, want = run_candidate(task, trace)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(dict(trace.decisions)))
+
+
 def test_features_have_fixed_length_and_differ_between_schedules(tasks) -> None:  # type: ignore[no-untyped-def]
     task = tasks[0]
     rng = random.Random(3)
