@@ -33,6 +33,7 @@ from compiler.tir.rules import (
     block_of,
     inline_injective,
     parallel_vectorize,
+    plane_rows,
     root_loops,
 )
 from compiler.tir.trace import Schedule
@@ -222,29 +223,12 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         row_options = [d for d in range(1, oh + 1) if oh % d == 0 and d * nv <= 24]
         rows0 = next((d for d in row_options if d * nv >= 8), row_options[-1])
         rows = sch.decide("rows", row_options, rows0 if vw == vw0 else 1)
-        oho, ohi = sch.split(loh, [None, rows])
-        owo, owv = sch.split(low, [None, vw])
-        sch.reorder(ln, loc, oho, owo, lrc, lry, lrx, ohi, owv)
-        outer = sch.fuse(ln, loc)  # one channel plane per iteration: its padded copy stays in cache
-        if threads:
-            sch.parallel(outer)
-        sch.unroll(lry)
-        sch.unroll(lrx)
-        sch.unroll(ohi)
-        sch.vectorize(owv)
-        sch.reverse_compute_at(consumer, owo)
-        sch.decompose_reduction(conv, lrc)
-        inner = root_loops(sch, consumer)[-1]
-        if inner.extent <= 64:
-            sch.vectorize(inner.var.name)
-        if keep and sch.decide("pad_at", ["plane", "kernel"], "plane") == "plane":
-            # pad one channel plane right before its convolution (it stays in cache)
-            sch.set_scope(pad, "local")
-            sch.compute_at(pad, outer)
+        # pad one channel plane right before its convolution (it stays in cache)
+        if plane_rows(
+            sch, conv, consumer, (ln, loc, loh, low), [lrc, lry, lrx], vw, rows, threads,
+            pad if keep else None, info.target,
+        ):  # fmt: skip
             keep = ()
-            last = root_loops(sch, pad)[-1]
-            _, pv = sch.split(last.var.name, [None, lanes])
-            sch.vectorize(pv)
     elif sch.decide("vector_axis", ["oc", "ow"], _default_axis(info, blk)) == "ow":
         # few output channels: vectorize along output columns, a register tile of channels, the
         # weights broadcast (no packing)

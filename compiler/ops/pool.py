@@ -37,6 +37,7 @@ from compiler.tir.rules import (
     block_of,
     inline_injective,
     parallel_vectorize,
+    plane_rows,
     root_loops,
 )
 from compiler.tir.trace import Schedule
@@ -213,29 +214,13 @@ def _max_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
     nv = -(-vw // lanes)
     row_options = [d for d in range(1, oh + 1) if oh % d == 0 and d * nv <= 16]
     rows = sch.decide("rows", row_options, 1)
-    oho, ohi = sch.split(loh, [None, rows])
-    owo, owv = sch.split(low, [None, vw])
-    sch.reorder(ln, lc, oho, owo, lry, lrx, ohi, owv)
-    outer = sch.fuse(ln, lc)
     work = math.prod(iv.extent for iv in blk.iter_vars)
-    if sch.decide("parallel", [True, False], work >= MIN_PARALLEL_WORK):
-        sch.parallel(outer)
-    sch.unroll(lry)
-    sch.unroll(lrx)
-    sch.unroll(ohi)
-    sch.vectorize(owv)
-    sch.reverse_compute_at(consumer, owo)
-    sch.decompose_reduction(pool, lry)
-    inner = root_loops(sch, consumer)[-1]
-    if inner.extent <= 64:
-        sch.vectorize(inner.var.name)
-    if keep and sch.decide("pad_at", ["plane", "kernel"], "plane") == "plane":
-        sch.set_scope(pad, "local")
-        sch.compute_at(pad, outer)
-        last = root_loops(sch, pad)[-1]
-        _, pv = sch.split(last.var.name, [None, lanes])
-        sch.vectorize(pv)
-    elif keep:
+    threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_WORK)
+    placed = plane_rows(
+        sch, pool, consumer, (ln, lc, loh, low), [lry, lrx], vw, rows, threads, pad if keep else None,
+        info.target,
+    )  # fmt: skip
+    if keep and not placed:
         parallel_vectorize(sch, pad, info.target)
 
 

@@ -140,6 +140,48 @@ def place_producers(sch: Schedule, info: KernelInfo, loop: str | None) -> None:
         try_(sch.compute_at, name, loop)
 
 
+def plane_rows(
+    sch: Schedule,
+    anchor: str,
+    consumer: str,
+    loops: tuple[str, str, str, str],
+    reduce: list[str],
+    vw: int,
+    rows: int,
+    threads: bool,
+    pad: str | None,
+    target: Target,
+) -> bool:
+    """The plane-wise schedule of depthwise convs and pools: one (n, c) plane per parallel
+    iteration, `rows` output rows x `vw` columns (one vector) per tile with the window loops
+    `reduce` unrolled around them, the epilogue per tile; the padded input `pad` (if any) made per
+    plane right before its use (decision pad_at). True when the pad was placed so."""
+    ln, lc, loh, low = loops
+    oho, ohi = sch.split(loh, [None, rows])
+    owo, owv = sch.split(low, [None, vw])
+    sch.reorder(ln, lc, oho, owo, *reduce, ohi, owv)
+    outer = sch.fuse(ln, lc)  # one channel plane per iteration: its padded copy stays in cache
+    if threads:
+        sch.parallel(outer)
+    for loop in reduce[-2:]:
+        sch.unroll(loop)
+    sch.unroll(ohi)
+    sch.vectorize(owv)
+    sch.reverse_compute_at(consumer, owo)
+    sch.decompose_reduction(anchor, reduce[0])
+    inner = root_loops(sch, consumer)[-1]
+    if inner.extent <= 64:
+        sch.vectorize(inner.var.name)
+    if pad is None or sch.decide("pad_at", ["plane", "kernel"], "plane") != "plane":
+        return False
+    sch.set_scope(pad, "local")
+    sch.compute_at(pad, outer)
+    last = root_loops(sch, pad)[-1]
+    _, pv = sch.split(last.var.name, [None, target.lanes()])
+    sch.vectorize(pv)
+    return True
+
+
 def generic_schedule(sch: Schedule, info: KernelInfo) -> None:
     """Default schedule for kernels without a family-specific one."""
     inline_injective(sch, info)
