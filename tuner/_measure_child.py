@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
+import mmap
 import os
 import shutil
 import tempfile
@@ -39,17 +40,38 @@ class _KernelFailed(Exception):
     pass
 
 
-def _aligned(data: bytes | None, nbytes: int, keep: list[Any]) -> int:
-    """Address of ALIGN-aligned memory holding `data` (or 0xFF bytes: NaN for floats)."""
-    raw = ctypes.create_string_buffer(nbytes + ALIGN)
-    keep.append(raw)
-    addr = ctypes.addressof(raw)
-    addr += -addr % ALIGN
-    if data is None:
-        ctypes.memset(addr, 0xFF, nbytes)
-    else:
-        ctypes.memmove(addr, data, nbytes)
-    return addr
+HUGE_PAGE = 2 << 20
+
+
+class _Arena:
+    """All of a measurement's buffers, carved from one anonymous mapping that asks for transparent
+    huge pages, as numpy asks for them for its large arrays (a compiled model's memory): a
+    candidate is timed with the pages, hence the TLB behaviour, it will have in the model."""
+
+    def __init__(self, nbytes: int) -> None:
+        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE)
+        with contextlib.suppress(AttributeError, OSError):  # not on every platform
+            self._map.madvise(mmap.MADV_HUGEPAGE)
+        self._view = ctypes.c_char.from_buffer(self._map)
+        base = ctypes.addressof(self._view)
+        self._next = base + (-base % HUGE_PAGE)
+        self._end = base + nbytes + HUGE_PAGE
+
+    @staticmethod
+    def size(nbytes: int) -> int:
+        return nbytes + -nbytes % ALIGN
+
+    def take(self, data: bytes | None, nbytes: int) -> int:
+        """Address of ALIGN-aligned memory holding `data` (or 0xFF bytes: NaN for floats)."""
+        addr = self._next
+        self._next += self.size(nbytes)
+        if self._next > self._end:
+            raise MemoryError("measurement arena exhausted")
+        if data is None:
+            ctypes.memset(addr, 0xFF, nbytes)
+        else:
+            ctypes.memmove(addr, data, nbytes)
+        return addr
 
 
 def _load(library: bytes, symbol: str) -> Any:
@@ -68,16 +90,31 @@ def _load(library: bytes, symbol: str) -> Any:
     return fn
 
 
-def _calls(fn: Any, arg_sets: list[Any], number: int) -> float:
-    """Seconds taken by `number` back-to-back calls, each on the next of `arg_sets` in turn (a
-    non-zero return code stops the run)."""
+Refresh = list[tuple[int, int, int]]  # (destination, source, bytes) copies made before a call
+
+
+def _calls(fn: Any, arg_sets: list[Any], number: int, refresh: list[Refresh] | None = None) -> float:
+    """Seconds taken by `number` calls, each on the next of `arg_sets` in turn (a non-zero return
+    code stops the run). With `refresh` (one list per set), each call's activation inputs are first
+    rewritten, untimed, as the kernel before it in a model has just written them."""
     sets = len(arg_sets)
-    start = time.perf_counter()
+    if refresh is None:
+        start = time.perf_counter()
+        for k in range(number):
+            code = fn(arg_sets[k % sets])
+            if code:
+                raise _KernelFailed(f"kernel returned {code}")
+        return time.perf_counter() - start
+    total = 0.0
     for k in range(number):
+        for dst, src, nbytes in refresh[k % sets]:
+            ctypes.memmove(dst, src, nbytes)
+        start = time.perf_counter()
         code = fn(arg_sets[k % sets])
+        total += time.perf_counter() - start
         if code:
             raise _KernelFailed(f"kernel returned {code}")
-    return time.perf_counter() - start
+    return total
 
 
 def copies_for(set_bytes: int, rotate_bytes: int) -> int:
@@ -98,36 +135,46 @@ def measure_child(
     repeats: int,
     min_repeat_secs: float,
     rotate_bytes: int = 0,
+    fresh: tuple[int, ...] = (),
 ) -> None:
     """Load, call once and report the output; if asked, warm up and time `repeats` repeats, each
     the mean per call over enough calls to last `min_repeat_secs`.
 
     Timed calls rotate through copies of the buffers spanning `rotate_bytes`, so that a kernel is
-    timed with its weights and activations out of the private caches, as in a model, where the
-    kernels before it have evicted them: timed hot, a kernel whose working set fits in L2 looks up
-    to twice as fast as it runs in the model, and the tuner picks for the wrong regime."""
+    timed with its weights and output out of the private caches, as in a model, where the kernels
+    before it have evicted them: timed hot, a kernel whose working set fits in L2 looks up to twice
+    as fast as it runs in the model, and the tuner picks for the wrong regime. The inputs listed in
+    `fresh` (activations: in the model, the kernel before this one has just written them) are
+    rewritten right before each timed call, so that they are in cache as they are there; each call
+    is then timed on its own."""
     die_with_parent()
     # libgomp reads its wait policy when the library is loaded: the same as in a compiled model, so
     # that a candidate is timed as it will run (threads kept hot from one call to the next)
     openmp_wait_defaults()
     try:
         fn = _load(library, symbol)
-        keep: list[Any] = []
-        pointers = [_aligned(data, len(data), keep) for data in inputs]
-        out = _aligned(None, out_nbytes, keep)
-        first = [(ctypes.c_void_p * (len(pointers) + 1))(*pointers, out)]
-        _calls(fn, first, 1)
+        copies = copies_for(sum(map(len, inputs)) + out_nbytes, rotate_bytes)
+        per_set = sum(_Arena.size(len(data)) for data in inputs) + _Arena.size(out_nbytes)
+        arena = _Arena(copies * per_set + sum(_Arena.size(len(inputs[i])) for i in fresh))
+        arg_sets = [
+            (ctypes.c_void_p * (len(inputs) + 1))(
+                *[arena.take(data, len(data)) for data in inputs], arena.take(None, out_nbytes)
+            )
+            for _ in range(copies)
+        ]
+        out = arg_sets[0][len(inputs)]
+        _calls(fn, arg_sets[:1], 1)
         conn.send(("output", ctypes.string_at(out, out_nbytes)))
         if not conn.recv():
             return
-        arg_sets = first
-        for _ in range(copies_for(sum(map(len, inputs)) + out_nbytes, rotate_bytes) - 1):
-            more = [_aligned(data, len(data), keep) for data in inputs]
-            arg_sets.append((ctypes.c_void_p * (len(more) + 1))(*more, _aligned(None, out_nbytes, keep)))
-        _calls(fn, arg_sets, warmup * len(arg_sets))
-        once = _calls(fn, arg_sets, len(arg_sets)) / len(arg_sets)
+        refresh = None
+        if fresh:
+            sources = {i: arena.take(inputs[i], len(inputs[i])) for i in fresh}
+            refresh = [[(args[i], sources[i], len(inputs[i])) for i in fresh] for args in arg_sets]
+        _calls(fn, arg_sets, warmup * len(arg_sets), refresh)
+        once = _calls(fn, arg_sets, len(arg_sets), refresh) / len(arg_sets)
         number = max(1, min(_MAX_NUMBER, math.ceil(min_repeat_secs / max(once, 1e-9))))
-        secs = tuple(_calls(fn, arg_sets, number) / number for _ in range(repeats))
+        secs = tuple(_calls(fn, arg_sets, number, refresh) / number for _ in range(repeats))
         conn.send(("timing", secs))
     except Exception as exc:  # everything observable here is the candidate's failure, sent as data
         with contextlib.suppress(OSError):  # the parent may have given up already

@@ -102,6 +102,9 @@ class MeasureOptions:
     # timed calls rotate through copies of the buffers spanning this many bytes, so kernels are
     # timed with cold private caches as in a model (0: one copy, caches stay hot)
     rotate_bytes: int = DEFAULT_ROTATE_BYTES
+    # activation inputs are rewritten right before each timed call, in cache as after the kernel
+    # that produces them in a model (False: they rotate cold like the weights)
+    fresh_inputs: bool = True
 
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.warmup < 0 or self.min_repeat_secs < 0:
@@ -254,6 +257,7 @@ class RunPayload:
     out_shape: tuple[int, ...]
     out_dtype: str
     options: MeasureOptions
+    fresh: tuple[int, ...] = ()  # indices of args that are activations (not the model's constants)
 
 
 class _Failure(Exception):
@@ -332,6 +336,7 @@ def run_one(payload: RunPayload) -> RunResult:
             opts.repeats,
             opts.min_repeat_secs,
             opts.rotate_bytes,
+            payload.fresh if opts.fresh_inputs else (),
         ),
         name="temper-measure",
         daemon=True,
@@ -386,6 +391,11 @@ class LocalRunner:
     def __init__(self, options: MeasureOptions | None = None, *, executor: Executor | None = None) -> None:
         self.options = options or MeasureOptions()
         self._executor = executor
+
+    @property
+    def executor(self) -> Executor | None:
+        """Where timings run (None: child processes of this one); the in-model check runs there too."""
+        return self._executor
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[RunResult]:
         if len(inputs) != len(builds):
@@ -449,4 +459,5 @@ class LocalRunner:
             tuple(candidate.param_shapes[-1]),
             candidate.param_dtypes[-1],
             self.options,
+            tuple(k for k, name in enumerate(names) if name not in task.workload.const_params),
         )
