@@ -299,6 +299,10 @@ def tune_command(
                 console=out,
             )
         final = remote.ProgressView.from_json(job.progress.model_dump() if job.progress else {})
+        from service.progress import confirmation_lines
+
+        for line in confirmation_lines(final.confirmation):
+            out.print(line, markup=False, soft_wrap=True)
         out.print(
             f"tuned {final.trials_done} candidate(s); estimated latency "
             f"{final.estimated_latency_s * 1e3:.3f} ms; records on {server}",
@@ -321,6 +325,10 @@ def tune_command(
             final = tune(
                 model, options, database, topts, on_progress=lambda p: live.update(render(p), refresh=True)
             )
+    from service.progress import confirmation_lines
+
+    for line in confirmation_lines(final.confirmation):
+        out.print(line, markup=False, soft_wrap=True)
     out.print(
         f"tuned {final.trials_done} candidate(s); estimated latency "
         f"{final.estimated_latency_s * 1e3:.3f} ms; records in {_db_url(db)}",

@@ -17,11 +17,16 @@ def _ms(secs: float) -> str:
 def render(progress: Any) -> Group:
     """A table for a tuner.tune.Progress (or anything with the same fields)."""
     eta = progress.eta_s
+    phase = getattr(progress, "phase", "search")
     header = Text(
         f"trials {progress.trials_done}/{progress.trials_total}   "
         f"estimated latency {_ms(progress.estimated_latency_s)} ms   "
         f"elapsed {progress.elapsed_s:.0f} s   "
-        f"ETA {'-' if eta is None or progress.finished else f'{eta:.0f} s'}"
+        + (
+            "timing the finalists inside the model"
+            if phase == "confirm" and not progress.finished
+            else f"ETA {'-' if eta is None or progress.finished else f'{eta:.0f} s'}"
+        )
     )
     table = Table(
         "task",
@@ -50,3 +55,26 @@ def render(progress: Any) -> Group:
             f"{speed:.2f}x" if speed else "-",
         )
     return Group(header, table)
+
+
+def confirmation_lines(confirmation: Any) -> list[str]:
+    """What the in-model check after the search found, for the end of `temper tune`."""
+    if not confirmation:
+        return []
+    if confirmation.get("error"):
+        return [f"in-model check failed (records kept as measured alone): {confirmation['error']}"]
+    variants = confirmation.get("variant_secs") or []
+    lines = [
+        f"in-model check ({confirmation.get('seconds', 0):.0f} s): the model ran "
+        f"{_ms(variants[0])} ms with every kernel's fastest-alone schedule, {_ms(variants[-1])} ms with "
+        "the defaults"
+        if len(variants) >= 2
+        else "in-model check done"
+    ]
+    changed = confirmation.get("changed") or []
+    if changed:
+        lines.append(
+            f"{len(changed)} kernel(s) keep the finalist that ran fastest in the model instead: "
+            + ", ".join(changed)
+        )
+    return lines

@@ -57,6 +57,8 @@ class ProgressView:
     tasks: tuple[TaskView, ...]
     curve: tuple[tuple[int, float], ...]
     finished: bool
+    phase: str = "search"
+    confirmation: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProgressView:
@@ -82,6 +84,8 @@ class ProgressView:
             tasks=tasks,
             curve=tuple((int(n), _secs(s)) for n, s in data.get("curve") or []),
             finished=bool(data.get("finished")),
+            phase=str(data.get("phase") or "search"),
+            confirmation=data.get("confirmation"),
         )
 
 

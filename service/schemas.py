@@ -118,6 +118,31 @@ class TaskProgressOut(_Response):
     default_secs: float | None = None
 
 
+class ConfirmedTaskOut(_Response):
+    name: str
+    key: str = ""
+    chosen: int | None = Field(None, description="The record compilations use from now on.")
+    isolated_best: int | None = Field(None, description="The record that was fastest timed alone.")
+    default: int | None = Field(None, description="The record of the default schedule.")
+    alone: dict[str, float] = Field(default_factory=dict, description="Record id -> seconds per call alone.")
+    in_model: dict[str, float] = Field(
+        default_factory=dict, description="Record id -> seconds per call inside the compiled model."
+    )
+
+
+class ConfirmationOut(_Response):
+    """The in-model check after the search: every task's finalists timed inside the compiled model."""
+
+    seconds: float | None = None
+    variant_secs: list[float] = Field(
+        default_factory=list,
+        description="Model latency per variant: first every task's fastest-alone record, last the defaults.",
+    )
+    changed: list[str] = Field(default_factory=list, description="Tasks whose in-model pick differs.")
+    tasks: list[ConfirmedTaskOut] = Field(default_factory=list)
+    error: str | None = None
+
+
 class ProgressOut(_Response):
     trials_done: int
     trials_total: int
@@ -129,6 +154,8 @@ class ProgressOut(_Response):
         default_factory=list, description="(trials done, estimated latency in seconds) after each round."
     )
     finished: bool = False
+    phase: str = Field("search", description="'search', then 'confirm' while finalists run in the model.")
+    confirmation: ConfirmationOut | None = None
 
 
 class _JobOut(_Response):

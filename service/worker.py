@@ -97,6 +97,8 @@ def progress_to_json(
         ],
         "curve": [[max(0, int(trials) - trials_base), num(latency)] for trials, latency in progress.curve],
         "finished": bool(progress.finished),
+        "phase": str(getattr(progress, "phase", "search")),
+        "confirmation": getattr(progress, "confirmation", None),
     }
 
 

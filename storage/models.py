@@ -53,6 +53,9 @@ class TuningRecordRow(Base):
     run_secs: Mapped[list[float]] = mapped_column(JsonType)
     mean_secs: Mapped[float | None] = mapped_column(Float)  # null for failures
     median_secs: Mapped[float | None] = mapped_column(Float)  # null for failures
+    # seconds per call inside the compiled model, from the latest in-model confirmation of this
+    # workload on this target (tuner.confirm); null for records it did not time
+    model_secs: Mapped[float | None] = mapped_column(Float)
     error_kind: Mapped[str | None] = mapped_column(String(32))
     error_message: Mapped[str] = mapped_column(Text, default="")
     temper_version: Mapped[str] = mapped_column(String(64), default="")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from alembic.util import CommandError
-from sqlalchemy import URL, Engine, Select, select
+from sqlalchemy import URL, Engine, Select, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -112,16 +112,44 @@ class SqlDatabase:
             return row.id
 
     def best(self, workload_key: str, target_key: str) -> TuningRecord | None:
-        """The successful record with the smallest median for exactly this (workload, target) pair."""
+        """The successful record of exactly this (workload, target) pair that ran fastest inside its
+        model, when some were timed there (model_secs), else the one with the smallest median."""
         stmt = (
             _pair(workload_key, target_key)
             .where(TuningRecordRow.median_secs.is_not(None), TuningRecordRow.error_kind.is_(None))
-            .order_by(TuningRecordRow.median_secs, TuningRecordRow.id)
+            .order_by(
+                TuningRecordRow.model_secs.is_(None),
+                TuningRecordRow.model_secs,
+                TuningRecordRow.median_secs,
+                TuningRecordRow.id,
+            )
             .limit(1)
         )
         with self.read_session() as session:
             found = session.execute(stmt).first()
         return None if found is None else record_from_row(found[0], found[1])
+
+    def set_model_secs(self, workload_key: str, target_key: str, secs: Mapping[int, float]) -> None:
+        """In-model seconds per call for these records of the pair (one transaction); the pair's other
+        records lose theirs, so that every in-model time of a pair comes from the same confirmation."""
+        if not all(math.isfinite(s) and s >= 0 for s in secs.values()):
+            raise ValueError(f"model seconds must be finite and non-negative, got {dict(secs)}")
+        with self.write_session() as session:
+            workload_id = session.scalar(select(WorkloadRow.id).where(WorkloadRow.key == workload_key))
+            if workload_id is None:
+                raise UnknownWorkloadError(workload_key)
+            pair = (TuningRecordRow.workload_id == workload_id, TuningRecordRow.target_key == target_key)
+            session.execute(update(TuningRecordRow).where(*pair).values(model_secs=None))
+            for record_id, value in secs.items():
+                done = session.execute(
+                    update(TuningRecordRow)
+                    .where(*pair, TuningRecordRow.id == record_id, TuningRecordRow.error_kind.is_(None))
+                    .values(model_secs=float(value))
+                )
+                if done.rowcount != 1:  # type: ignore[attr-defined]
+                    raise StorageError(
+                        f"no successful record {record_id} of workload {workload_key[:12]} on {target_key}"
+                    )
 
     def records(self, workload_key: str, target_key: str) -> Sequence[TuningRecord]:
         """Every record of the pair, failures included, oldest first."""
@@ -239,6 +267,7 @@ def record_from_row(row: TuningRecordRow, workload_key: str) -> TuningRecord:
         temper_version=row.temper_version,
         created=row.created_at,
         id=row.id,
+        model_secs=row.model_secs,
     )
 
 

@@ -23,6 +23,7 @@ def _choice(rec: TuningRecord, source: str) -> ScheduleChoice:
             "source": source,
             "record_id": rec.id,
             "measured_s": rec.seconds,
+            **({} if rec.model_secs is None else {"model_s": rec.model_secs}),
             "date": rec.created.isoformat(timespec="seconds"),
             "temper_version": rec.temper_version,
         },

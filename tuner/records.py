@@ -55,6 +55,8 @@ class TuningRecord:
     temper_version: str = ""
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
     id: int | None = None  # assigned by the database
+    # seconds per call inside the compiled model (tuner.confirm), when it was timed there
+    model_secs: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -80,7 +82,12 @@ class Database(Protocol):
         """Store one record durably (committed on return); returns its id."""
 
     def best(self, workload_key: str, target_key: str) -> TuningRecord | None:
-        """The fastest successful record for exactly this workload and target."""
+        """The fastest successful record for exactly this workload and target: fastest in the model
+        among the records timed there (model_secs), else fastest alone."""
+
+    def set_model_secs(self, workload_key: str, target_key: str, secs: Mapping[int, float]) -> None:
+        """Store in-model seconds per call for these records (by id) of the pair, and forget those of
+        its other records: the pair's in-model times all come from one confirmation."""
 
     def records(self, workload_key: str, target_key: str) -> Sequence[TuningRecord]:
         """Every record (failures included) of this workload on this target, oldest first."""

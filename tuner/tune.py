@@ -36,6 +36,9 @@ class TuneOptions:
     epsilon: float = 0.2  # share of each batch picked at random (exploration)
     patience: int = 3  # rounds without improvement before a task counts as converged
     seed: int = 0
+    # after the search, time every task's finalists inside the compiled model and keep the fastest
+    # there (tuner.confirm); runs once the budget or timeout is spent, not when stopped
+    confirm: bool = True
 
 
 @dataclass
@@ -64,6 +67,8 @@ class Progress:
     tasks: list[TaskReport]
     curve: list[tuple[int, float]] = field(default_factory=list)  # (trials, estimated latency)
     finished: bool = False
+    phase: str = "search"  # "search", then "confirm" while the finalists are timed in the model
+    confirmation: dict[str, Any] | None = None  # tuner.confirm.summary(), or {"error": ...}
 
     @property
     def eta_s(self) -> float | None:
@@ -150,6 +155,9 @@ def tune(
     done = sum(st.trials for st in states)
     curve: list[tuple[int, float]] = []
 
+    confirmation: dict[str, Any] | None = None
+    phase = "search"
+
     def snapshot(finished: bool = False) -> Progress:
         reports = [
             TaskReport(
@@ -165,6 +173,8 @@ def tune(
             reports,
             list(curve),
             finished,
+            phase,
+            confirmation,
         )
 
     def out_of_budget() -> bool:
@@ -231,10 +241,35 @@ def tune(
         curve.append((done, sched.estimated_latency()))
         if on_progress:
             on_progress(snapshot())
+    if topts.confirm and not (should_stop and should_stop()):
+        phase = "confirm"
+        if on_progress:
+            on_progress(snapshot())
+        confirmation = _confirm(model, options, db, tasks, target, getattr(runner, "executor", None))
     final = snapshot(finished=True)
     if on_progress:
         on_progress(final)
     return final
+
+
+def _confirm(
+    model: ModelInput,
+    options: CompileOptions,
+    db: Database,
+    tasks: list[Task],
+    target: Target,
+    executor: Any,
+) -> Any:
+    """The in-model confirmation's summary; its failure is reported, never raised (the records of the
+    search stand as they are)."""
+    from compiler.errors import CompilerError
+    from tuner.confirm import ConfirmError, confirm, summary
+
+    try:
+        result = confirm(model, options, db, tasks, target, executor=executor)
+    except (ConfirmError, CompilerError) as exc:
+        return {"error": str(exc)}
+    return None if result is None else summary(result)
 
 
 def _hash(trace: Trace) -> str:

@@ -259,6 +259,9 @@ def test_a_tuning_job_runs_through_the_compose_services(cluster: LocalCompose) -
         tuned = _wait_job(client, f"/v1/tuning-jobs/{submitted.json()['id']}")
         assert tuned["state"] == "succeeded", (tuned, cluster.log("worker"))
         assert tuned["progress"]["trials_done"] == 4 and tuned["progress"]["finished"]
+        # the finalists were timed inside the model, on the measuring worker
+        confirmation = tuned["progress"]["confirmation"]
+        assert confirmation and not confirmation.get("error") and confirmation["tasks"], confirmation
 
         compiled = client.post("/v1/compilations", json={"model_id": model_id, "use_tuned": True})
         assert compiled.status_code == 202, compiled.text

@@ -156,3 +156,6 @@ def test_a_tuning_job_measures_on_the_cluster(cluster: str, tmp_path: Path) -> N
         records = list(worker.db.iter_records())
     assert done is not None and done.state == "succeeded", done
     assert len(records) == 4 and all(r.ok for r in records), [r.error_message for r in records]
+    confirmation = done.progress["confirmation"]  # timed inside the model on the cluster's worker
+    assert confirmation and not confirmation.get("error") and confirmation["tasks"], confirmation
+    assert any(r.model_secs for r in records)

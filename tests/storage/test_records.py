@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from storage import DatabaseUnavailableError, SqlDatabase, UnknownWorkloadError, make_engine
+from storage import DatabaseUnavailableError, SqlDatabase, StorageError, UnknownWorkloadError, make_engine
 from tests.storage.helpers import record, without_id, workload
 from tuner.records import Database, ErrorKind, trace_hash
 
 
 def test_implements_the_tuner_protocol(db: SqlDatabase) -> None:
     database: Database = db  # checked statically; at run time every protocol method must exist
-    for name in ("commit_workload", "commit_record", "best", "records", "measured_hashes", "iter_records"):
+    methods = ("commit_workload", "commit_record", "best", "set_model_secs", "records", "measured_hashes")
+    for name in (*methods, "iter_records", "get_record"):
         assert callable(getattr(database, name))
 
 
@@ -68,6 +69,46 @@ def test_best_is_the_fastest_success_of_exactly_that_target(db: SqlDatabase) -> 
     assert other is not None and other.target_key == "skylake-def"
     assert db.best("wl-conv", "unknown-target") is None
     assert db.best("unknown-workload", "znver3-abc") is None
+
+
+def test_best_prefers_the_fastest_in_the_model_once_records_were_timed_there(db: SqlDatabase) -> None:
+    db.commit_workload(workload())
+    db.commit_workload(workload("wl-matmul"))
+    alone_fast = db.commit_record(record(n=1, run_secs=(1e-3,)))
+    alone_slow = db.commit_record(record(n=2, run_secs=(2e-3,)))
+    never_timed = db.commit_record(record(n=3, run_secs=(1.5e-3,)))
+    other_target = db.commit_record(record(n=4, target_key="skylake-def", run_secs=(1e-3,)))
+    matmul = db.commit_record(record("wl-matmul", n=5, run_secs=(1e-3,)))
+    assert db.best("wl-conv", "znver3-abc").id == alone_fast  # type: ignore[union-attr]
+
+    db.set_model_secs("wl-conv", "znver3-abc", {alone_fast: 4e-3, alone_slow: 3e-3})
+    best = db.best("wl-conv", "znver3-abc")
+    assert best is not None and best.id == alone_slow and best.model_secs == pytest.approx(3e-3)
+    assert db.get_record(never_timed).model_secs is None  # type: ignore[union-attr]
+    # other pairs are untouched
+    assert db.best("wl-conv", "skylake-def").id == other_target  # type: ignore[union-attr]
+    assert db.best("wl-matmul", "znver3-abc").id == matmul  # type: ignore[union-attr]
+
+    # a later confirmation replaces the pair's in-model times as a whole
+    db.set_model_secs("wl-conv", "znver3-abc", {never_timed: 5e-3, alone_fast: 6e-3})
+    assert db.get_record(alone_slow).model_secs is None  # type: ignore[union-attr]
+    assert db.best("wl-conv", "znver3-abc").id == never_timed  # type: ignore[union-attr]
+
+
+def test_model_secs_only_for_successful_records_of_the_pair(db: SqlDatabase) -> None:
+    db.commit_workload(workload())
+    ok = db.commit_record(record(n=1, run_secs=(1e-3,)))
+    failed = db.commit_record(record(n=2, run_secs=(), error_kind=ErrorKind.CRASH, error_message="segv"))
+    elsewhere = db.commit_record(record(n=3, target_key="skylake-def"))
+    db.set_model_secs("wl-conv", "znver3-abc", {ok: 2e-3})
+    for bad_id in (failed, elsewhere, ok + 1000):
+        with pytest.raises(StorageError, match=f"no successful record {bad_id}"):
+            db.set_model_secs("wl-conv", "znver3-abc", {bad_id: 1e-3})
+    assert db.get_record(ok).model_secs == pytest.approx(2e-3)  # type: ignore[union-attr]  # rolled back
+    with pytest.raises(UnknownWorkloadError):
+        db.set_model_secs("wl-unknown", "znver3-abc", {ok: 1e-3})
+    with pytest.raises(ValueError, match="finite"):
+        db.set_model_secs("wl-conv", "znver3-abc", {ok: float("nan")})
 
 
 def test_best_is_none_when_every_record_failed(db: SqlDatabase) -> None:

@@ -1,0 +1,106 @@
+"""In-model confirmation: finalists timed inside the compiled model decide what compilations use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.pipeline import CompileOptions, compile_model
+from compiler.target import host_target
+from storage.records import SqlDatabase
+from tests.tuner.test_tune import _run, twin_conv_model
+from tuner.apply import DatabaseSource
+from tuner.confirm import ConfirmError, ConfirmOptions, confirm, finalists
+from tuner.records import trace_hash
+from tuner.space import default_trace
+from tuner.task import extract_tasks
+from tuner.tune import TuneOptions, tune
+
+
+def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there(tmp_path: Path) -> None:
+    model = twin_conv_model()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    final = tune(model.SerializeToString(), CompileOptions(), db, TuneOptions(trials=14, batch=4))
+    report = final.confirmation
+    assert report is not None and "error" not in report, report
+    assert final.phase == "confirm" and final.finished
+    assert len(report["variant_secs"]) == 3 and all(s > 0 for s in report["variant_secs"])
+    target = host_target().key
+    default_of = {t.key: default_trace(t.workload).to_json() for t in extract_tasks(model, CompileOptions())}
+    chosen = {}
+    for task in report["tasks"]:
+        in_model = {int(k): v for k, v in task["in_model"].items()}
+        alone = {int(k): v for k, v in task["alone"].items()}
+        assert len(in_model) >= 2
+        default = db.get_record(task["default"]) if task["default"] is not None else None
+        ok_default = next(
+            (
+                r
+                for r in db.records(task["key"], target)
+                if r.ok and r.trace_hash == trace_hash(default_of[task["key"]])
+            ),
+            None,
+        )
+        assert (default.id if default else None) == (
+            ok_default.id if ok_default else None
+        )  # a finalist if ok
+        assert set(in_model) == set(alone) and all(v > 0 for v in in_model.values())
+        assert task["isolated_best"] == min(alone, key=lambda r: (alone[r], r))
+        assert task["chosen"] == min(in_model, key=lambda r: (in_model[r], r))
+        stored = {r.id: r.model_secs for r in db.records(task["key"], target) if r.model_secs is not None}
+        assert stored == pytest.approx(in_model)
+        best = db.best(task["key"], target)
+        assert best is not None and best.id == task["chosen"]
+        chosen[task["key"]] = task["chosen"]
+    compiled = compile_model(model.SerializeToString(), CompileOptions(), DatabaseSource(db))
+    for kernel in compiled.manifest["kernels"]:
+        schedule = kernel["schedule"]
+        assert schedule["record_id"] == chosen[kernel["workload_key"]]
+        assert schedule["model_s"] > 0 and schedule["measured_s"] > 0
+    got, want = _run(model, compiled, tmp_path)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_finalists_are_distinct_and_end_with_the_default(tmp_path: Path) -> None:
+    model = twin_conv_model().SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(model, CompileOptions(), db, TuneOptions(trials=12, batch=4, confirm=False))
+    target = host_target().key
+    for task in extract_tasks(model, CompileOptions()):
+        finals = finalists(db, task, target, 3)
+        ok = [r for r in db.records(task.key, target) if r.ok]
+        assert len(finals) == min(3, len(ok))
+        assert len({r.trace_hash for r in finals}) == len(finals)
+        assert finals[-1].trace_hash == trace_hash(default_trace(task.workload).to_json())
+        rest = sorted((r for r in ok if r.id != finals[-1].id), key=lambda r: (r.seconds, r.id))
+        assert [r.id for r in finals[:-1]] == [r.id for r in rest[: len(finals) - 1]]
+        assert all(r.model_secs is None for r in db.records(task.key, target))  # confirm=False
+
+
+def test_nothing_to_confirm_when_only_defaults_were_measured(tmp_path: Path) -> None:
+    model = twin_conv_model().SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    final = tune(model, CompileOptions(), db, TuneOptions(trials=2))  # two tasks: their defaults
+    assert final.trials_done == 2 and final.confirmation is None
+    assert all(r.model_secs is None for r in db.iter_records())
+
+
+def test_a_failed_confirmation_leaves_the_records_as_they_were(tmp_path: Path) -> None:
+    model = twin_conv_model().SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(model, CompileOptions(), db, TuneOptions(trials=10, batch=4, confirm=False))
+    tasks = extract_tasks(model, CompileOptions())
+    before = {t.key: db.best(t.key, host_target().key) for t in tasks}
+    with pytest.raises(ConfirmError, match="longer than"):
+        confirm(model, CompileOptions(), db, tasks, host_target(), ConfirmOptions(timeout_s=1e-3))
+    assert {t.key: db.best(t.key, host_target().key) for t in tasks} == before
+    assert all(r.model_secs is None for r in db.iter_records())
+
+
+def test_confirm_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="finalists"):
+        ConfirmOptions(finalists=0)
+    with pytest.raises(ValueError, match="timeout"):
+        ConfirmOptions(timeout_s=0)

@@ -1,0 +1,289 @@
+"""In-model confirmation: each task's finalists timed inside the compiled model.
+
+A kernel timed alone is not the kernel inside its model. There, its input has just been written by
+the kernel before it (by both cores, split that kernel's way), its weights were evicted by the
+kernels since its last call, and its output is read at once by the next one. Two schedules that
+time the same alone can differ by 2x in place: on MobileNetV2 (2 Zen 4 cores) the search's pick
+for the 112->56 depthwise conv measured 301 us alone against its default's 305, and ran 481 us in
+the model against the default's 250.
+
+So after the search, every task's finalists (its best records and its default schedule) are
+compiled into the whole model, in variants that each take one finalist per task (variant 0: every
+task's best, the last: every task's default), and every kernel is timed in place, in a child
+process, the variants alternating round by round so that a machine whose speed drifts favours
+none. A record's in-model time (seconds per call) goes to the database; a workload's best record
+is then the finalist that ran fastest in the model, and a tuned model is never slower than the
+untuned one where it counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from compiler.kernels import ScheduleChoice
+from compiler.pipeline import CompileOptions, ModelInput, compile_model
+from compiler.target import Target
+from compiler.tir.trace import Trace
+from tuner.records import Database, TuningRecord, trace_hash
+from tuner.space import default_trace
+from tuner.task import Task
+
+
+@dataclass(frozen=True)
+class ConfirmOptions:
+    finalists: int = 3  # per task: its best records, the default schedule among them
+    rounds: int = 7  # rounds over every variant; a kernel's time is the median over rounds
+    repeat: int = 10  # model runs per variant and round (a kernel's per-round time is their median)
+    timeout_s: float = 600.0  # for the timing process (compiling the variants is not counted)
+
+    def __post_init__(self) -> None:
+        if self.finalists < 1 or self.rounds < 1 or self.repeat < 1 or self.timeout_s <= 0:
+            raise ValueError("confirm options need finalists, rounds and repeat >= 1 and a positive timeout")
+
+
+@dataclass
+class TaskConfirmation:
+    """One task's finalists: record id -> seconds per call alone and in the model."""
+
+    name: str
+    key: str
+    alone: dict[int, float] = field(default_factory=dict)
+    in_model: dict[int, float] = field(default_factory=dict)
+    default_id: int | None = None
+
+    @property
+    def chosen(self) -> int | None:
+        """The record the compiler will use: the fastest in the model."""
+        return min(self.in_model, key=lambda rid: (self.in_model[rid], rid)) if self.in_model else None
+
+    @property
+    def isolated_best(self) -> int | None:
+        return min(self.alone, key=lambda rid: (self.alone[rid], rid)) if self.alone else None
+
+
+@dataclass
+class Confirmation:
+    tasks: list[TaskConfirmation]
+    variant_secs: list[float]  # median run() latency of each variant (0: best alone, last: defaults)
+    seconds: float  # wall time of the whole confirmation (compiles included)
+
+    @property
+    def changed(self) -> list[TaskConfirmation]:
+        """Tasks whose in-model choice is not the record that was fastest alone."""
+        return [t for t in self.tasks if t.chosen is not None and t.chosen != t.isolated_best]
+
+
+def finalists(db: Database, task: Task, target_key: str, count: int) -> list[TuningRecord]:
+    """The task's `count` fastest successful records (distinct traces), its default schedule's record
+    taking the last place if it is not among them; empty when nothing was measured successfully."""
+    records = sorted((r for r in db.records(task.key, target_key) if r.ok), key=lambda r: (r.seconds, r.id))
+    default_hash = trace_hash(default_trace(task.workload).to_json())
+    default = next((r for r in records if r.trace_hash == default_hash), None)
+    chosen: list[TuningRecord] = []
+    seen: set[str] = set()
+    for rec in records:
+        if len(chosen) >= count - (default is not None):
+            break
+        if rec.trace_hash in seen or rec.trace_hash == default_hash:
+            continue
+        seen.add(rec.trace_hash)
+        chosen.append(rec)
+    if default is not None:
+        chosen.append(default)
+    return chosen
+
+
+def _pick(finals: list[TuningRecord], variant: int, variants: int) -> TuningRecord:
+    """A task's finalist in a variant: the v-th fastest alone, the default in the last variant (a task
+    with fewer finalists repeats its slowest non-default one)."""
+    if variant == variants - 1 or len(finals) == 1:
+        return finals[-1]
+    return finals[min(variant, len(finals) - 2)]
+
+
+class _Fixed:
+    """A schedule source answering from a fixed map (workload key -> record)."""
+
+    def __init__(self, choices: dict[str, TuningRecord]) -> None:
+        self.choices = choices
+
+    def lookup(self, workload_key: str, target_key: str) -> ScheduleChoice | None:
+        rec = self.choices.get(workload_key)
+        if rec is None:
+            return None
+        return ScheduleChoice(Trace.from_json(dict(rec.trace)), {"source": "record", "record_id": rec.id})
+
+
+def confirm(
+    model: ModelInput,
+    options: CompileOptions,
+    db: Database,
+    tasks: Sequence[Task],
+    target: Target,
+    copts: ConfirmOptions | None = None,
+    executor: Executor | None = None,
+) -> Confirmation | None:
+    """Time every task's finalists inside the model and store their in-model times; None when no task
+    has two finalists (nothing to choose between). The timing runs in a child process of this one, or
+    through `executor` (the runner's: the machine the candidates were timed on)."""
+    copts = copts or ConfirmOptions()
+    start = time.monotonic()
+    picks = {t.key: finalists(db, t, target.key, copts.finalists) for t in tasks}
+    nvariants = max((len(p) for p in picks.values()), default=0)
+    if nvariants < 2:
+        return None
+    artifacts, variant_records = [], []
+    with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
+        for v in range(nvariants):
+            choices = {k: _pick(p, v, nvariants) for k, p in picks.items() if p}
+            compiled = compile_model(model, options, _Fixed(choices))
+            path = Path(tmp) / f"variant{v}.temper"
+            compiled.save(path)
+            artifacts.append(path.read_bytes())
+            variant_records.append(
+                {
+                    k["name"]: (k["workload_key"], choices.get(k["workload_key"]))
+                    for k in compiled.manifest["kernels"]
+                }
+            )
+    if executor is None:
+        timings, run_secs = time_variants(artifacts, copts)
+    else:
+        try:
+            timings, run_secs = executor.submit(time_variants, artifacts, copts).result()
+        except ConfirmError:
+            raise
+        except Exception as exc:
+            raise ConfirmError(f"timing the model variants failed in the executor: {exc}") from exc
+    by_task = {t.key: TaskConfirmation(t.name, t.key) for t in tasks}
+    # per (workload, record): its per-call seconds in each round of each variant it ran in
+    samples: dict[tuple[str, int], list[float]] = {}
+    for v, kernels in enumerate(variant_records):
+        totals: dict[tuple[str, int], list[float]] = {}
+        calls: dict[tuple[str, int], int] = {}
+        for name, (key, rec) in kernels.items():
+            if rec is None or rec.id is None:
+                continue
+            pair = (key, rec.id)
+            per_round = [round_[name] for round_ in timings[v]]
+            acc = totals.setdefault(pair, [0.0] * len(per_round))
+            for i, s in enumerate(per_round):
+                acc[i] += s
+            calls[pair] = calls.get(pair, 0) + 1
+        for pair, acc in totals.items():
+            samples.setdefault(pair, []).extend(s / calls[pair] for s in acc)
+    for task in tasks:
+        conf = by_task[task.key]
+        default_hash = trace_hash(default_trace(task.workload).to_json())
+        for rec in picks[task.key]:
+            assert rec.id is not None
+            conf.alone[rec.id] = rec.seconds
+            if rec.trace_hash == default_hash:
+                conf.default_id = rec.id
+            if (task.key, rec.id) in samples:
+                conf.in_model[rec.id] = statistics.median(samples[(task.key, rec.id)])
+        if len(conf.in_model) >= 2:
+            db.set_model_secs(task.key, target.key, conf.in_model)
+    return Confirmation([c for c in by_task.values() if c.in_model], run_secs, time.monotonic() - start)
+
+
+def time_variants(
+    artifacts: list[bytes], copts: ConfirmOptions
+) -> tuple[list[list[dict[str, float]]], list[float]]:
+    """Per variant: per round, the median seconds of every kernel (by name); and each variant's median
+    run() latency. Runs in a child process: a crash there is not the tuner's."""
+    from tuner.measure import mp_context
+
+    ctx = mp_context()
+    conn, child_conn = ctx.Pipe()
+    proc = ctx.Process(
+        target=_timing_child, args=(child_conn, artifacts, copts.rounds, copts.repeat), daemon=True
+    )
+    proc.start()
+    child_conn.close()
+    try:
+        if not conn.poll(copts.timeout_s):
+            raise ConfirmError(f"timing the model variants took longer than {copts.timeout_s:g} s")
+        try:
+            tag, data = conn.recv()
+        except (EOFError, OSError):
+            raise ConfirmError("the process timing the model variants died") from None
+        if tag != "ok":
+            raise ConfirmError(f"timing the model variants failed: {data}")
+        return data
+    finally:
+        conn.close()
+        proc.join(1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+class ConfirmError(RuntimeError):
+    """The in-model timing could not be done (the search's records stay as they were)."""
+
+
+def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat: int) -> None:
+    import numpy as np
+
+    from compiler.runtime import load
+    from tuner._measure_child import die_with_parent
+
+    die_with_parent()
+    try:
+        modules = [load(a) for a in artifacts]
+        rng = np.random.default_rng(0)
+        feeds = {
+            s.name: (
+                rng.standard_normal(s.shape) if s.dtype.startswith("float") else np.zeros(s.shape)
+            ).astype(s.dtype)
+            for s in modules[0].inputs
+        }
+        for m in modules:
+            m.run(feeds)
+        kernels: list[list[dict[str, float]]] = [[] for _ in modules]
+        runs: list[list[float]] = [[] for _ in modules]
+        for _ in range(rounds):
+            for v, m in enumerate(modules):
+                profile = m.profile(feeds, repeat=repeat)
+                kernels[v].append({entry["kernel"]: entry["median"] for entry in profile})
+                t0 = time.perf_counter()
+                for _ in range(repeat):
+                    m.run(feeds)
+                runs[v].append((time.perf_counter() - t0) / repeat)
+        conn.send(("ok", (kernels, [statistics.median(r) for r in runs])))
+    except Exception as exc:  # reported to the parent, which keeps the search's records as they are
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def summary(result: Confirmation) -> dict[str, Any]:
+    """JSON-able summary (progress reports, job results); record ids as strings in the maps."""
+    return {
+        "seconds": result.seconds,
+        "variant_secs": result.variant_secs,
+        "changed": [t.name for t in result.changed],
+        "tasks": [
+            {
+                "name": t.name,
+                "key": t.key,
+                "chosen": t.chosen,
+                "isolated_best": t.isolated_best,
+                "default": t.default_id,
+                "alone": {str(rid): secs for rid, secs in t.alone.items()},
+                "in_model": {str(rid): secs for rid, secs in t.in_model.items()},
+            }
+            for t in result.tasks
+        ],
+    }
