@@ -22,8 +22,9 @@ import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -131,11 +132,14 @@ def confirm(
     target: Target,
     copts: ConfirmOptions | None = None,
     executor: Executor | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Confirmation | None:
     """Time every task's finalists inside the model and store their in-model times; None when no task
     has two finalists (nothing to choose between). The timing runs in a child process of this one, or
-    through `executor` (the runner's: the machine the candidates were timed on)."""
+    through `executor` (the runner's: the machine the candidates were timed on). `should_stop` is
+    polled throughout: when it says so, ConfirmStopped is raised and nothing is stored."""
     copts = copts or ConfirmOptions()
+    stop = should_stop or (lambda: False)
     start = time.monotonic()
     picks = {t.key: finalists(db, t, target.key, copts.finalists) for t in tasks}
     nvariants = max((len(p) for p in picks.values()), default=0)
@@ -144,6 +148,8 @@ def confirm(
     artifacts, variant_records = [], []
     with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
         for v in range(nvariants):
+            if stop():
+                raise ConfirmStopped("stopped while compiling the model variants")
             choices = {k: _pick(p, v, nvariants) for k, p in picks.items() if p}
             compiled = compile_model(model, options, _Fixed(choices))
             path = Path(tmp) / f"variant{v}.temper"
@@ -156,14 +162,21 @@ def confirm(
                 }
             )
     if executor is None:
-        timings, run_secs = time_variants(artifacts, copts)
+        timings, run_secs = time_variants(artifacts, copts, stop)
     else:
-        try:
-            timings, run_secs = executor.submit(time_variants, artifacts, copts).result()
-        except ConfirmError:
-            raise
-        except Exception as exc:
-            raise ConfirmError(f"timing the model variants failed in the executor: {exc}") from exc
+        future = executor.submit(time_variants, artifacts, copts)
+        while True:
+            try:
+                timings, run_secs = future.result(timeout=0.2)
+                break
+            except FuturesTimeout:
+                if stop():
+                    future.cancel()
+                    raise ConfirmStopped("stopped while timing the model variants") from None
+            except ConfirmError:
+                raise
+            except Exception as exc:
+                raise ConfirmError(f"timing the model variants failed in the executor: {exc}") from exc
     by_task = {t.key: TaskConfirmation(t.name, t.key) for t in tasks}
     # per (workload, record): its per-call seconds in each round of each variant it ran in
     samples: dict[tuple[str, int], list[float]] = {}
@@ -197,7 +210,7 @@ def confirm(
 
 
 def time_variants(
-    artifacts: list[bytes], copts: ConfirmOptions
+    artifacts: list[bytes], copts: ConfirmOptions, should_stop: Callable[[], bool] | None = None
 ) -> tuple[list[list[dict[str, float]]], list[float]]:
     """Per variant: per round, the median seconds of every kernel (by name); and each variant's median
     run() latency. Runs in a child process: a crash there is not the tuner's."""
@@ -210,9 +223,15 @@ def time_variants(
     )
     proc.start()
     child_conn.close()
+    deadline = time.monotonic() + copts.timeout_s
     try:
-        if not conn.poll(copts.timeout_s):
-            raise ConfirmError(f"timing the model variants took longer than {copts.timeout_s:g} s")
+        while True:
+            if should_stop is not None and should_stop():
+                raise ConfirmStopped("stopped while timing the model variants")
+            if conn.poll(max(0.0, min(0.2, deadline - time.monotonic()))):
+                break
+            if time.monotonic() >= deadline:
+                raise ConfirmError(f"timing the model variants took longer than {copts.timeout_s:g} s")
         try:
             tag, data = conn.recv()
         except (EOFError, OSError):
@@ -230,6 +249,10 @@ def time_variants(
 
 class ConfirmError(RuntimeError):
     """The in-model timing could not be done (the search's records stay as they were)."""
+
+
+class ConfirmStopped(Exception):
+    """The tuning run was asked to stop during the in-model timing (nothing was stored)."""
 
 
 def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat: int) -> None:

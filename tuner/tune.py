@@ -245,7 +245,9 @@ def tune(
         phase = "confirm"
         if on_progress:
             on_progress(snapshot())
-        confirmation = _confirm(model, options, db, tasks, target, getattr(runner, "executor", None))
+        confirmation = _confirm(
+            model, options, db, tasks, target, getattr(runner, "executor", None), should_stop
+        )
     final = snapshot(finished=True)
     if on_progress:
         on_progress(final)
@@ -259,14 +261,17 @@ def _confirm(
     tasks: list[Task],
     target: Target,
     executor: Any,
+    should_stop: Callable[[], bool] | None,
 ) -> Any:
     """The in-model confirmation's summary; its failure is reported, never raised (the records of the
-    search stand as they are)."""
+    search stand as they are), and a stop request ends it with nothing stored (None)."""
     from compiler.errors import CompilerError
-    from tuner.confirm import ConfirmError, confirm, summary
+    from tuner.confirm import ConfirmError, ConfirmStopped, confirm, summary
 
     try:
-        result = confirm(model, options, db, tasks, target, executor=executor)
+        result = confirm(model, options, db, tasks, target, executor=executor, should_stop=should_stop)
+    except ConfirmStopped:
+        return None
     except (ConfirmError, CompilerError) as exc:
         return {"error": str(exc)}
     return None if result is None else summary(result)

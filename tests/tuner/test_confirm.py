@@ -12,7 +12,7 @@ from compiler.target import host_target
 from storage.records import SqlDatabase
 from tests.tuner.test_tune import _run, twin_conv_model
 from tuner.apply import DatabaseSource
-from tuner.confirm import ConfirmError, ConfirmOptions, confirm, finalists
+from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists
 from tuner.records import trace_hash
 from tuner.space import default_trace
 from tuner.task import extract_tasks
@@ -96,6 +96,22 @@ def test_a_failed_confirmation_leaves_the_records_as_they_were(tmp_path: Path) -
     with pytest.raises(ConfirmError, match="longer than"):
         confirm(model, CompileOptions(), db, tasks, host_target(), ConfirmOptions(timeout_s=1e-3))
     assert {t.key: db.best(t.key, host_target().key) for t in tasks} == before
+    assert all(r.model_secs is None for r in db.iter_records())
+
+
+def test_a_stop_request_ends_the_confirmation_with_nothing_stored(tmp_path: Path) -> None:
+    model = twin_conv_model().SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(model, CompileOptions(), db, TuneOptions(trials=10, batch=4, confirm=False))
+    tasks = extract_tasks(model, CompileOptions())
+    calls = []
+
+    def stop_while_timing() -> bool:  # compiles pass (one call per variant), then the timing is stopped
+        calls.append(1)
+        return len(calls) > 3
+
+    with pytest.raises(ConfirmStopped, match="timing"):
+        confirm(model, CompileOptions(), db, tasks, host_target(), should_stop=stop_while_timing)
     assert all(r.model_secs is None for r in db.iter_records())
 
 
