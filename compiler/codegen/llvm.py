@@ -296,7 +296,9 @@ class KernelEmitter:
         """`select(cond, A[clamped index], constant)` in a vector loop (a padded copy of a tensor)
         as one masked load of the unclamped addresses, where every lane that `cond` selects lies
         inside its clamps (lanes outside the clamps are never touched). Vectors where a selected
-        lane is clamped take the lane-by-lane path. None: not this pattern."""
+        lane is clamped take the lane-by-lane path. A lane stride of 2-4 (a copy dealt into phases)
+        loads the covering span under a spread mask and keeps every stride-th lane. None: not this
+        pattern."""
         e = sel.t
         if ctx.vec is None or not isinstance(e, Load) or not isinstance(sel.f, (FloatImm, IntImm)):
             return None
@@ -304,15 +306,16 @@ class KernelEmitter:
             return None
         var, lanes = ctx.vec
         off = self._flat_offset(e.buffer, e.indices, ctx.ranges)
-        clamps: list[tuple[Expr, int, int]] = []
+        clamps: list[tuple[Expr, int | None, int | None]] = []
         inside = _strip_clamps(off, var, clamps)
         lin = affine_coeffs(inside) if clamps else None
         if (
             lin is None
-            or lin[0].get(var) != 1
+            or lin[0].get(var) not in (1, 2, 3, 4)
             or any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
         ):
             return None
+        stride = lin[0][var]
         b = ctx.builder
         c = self._expr(ctx, sel.cond)
         if not isinstance(c.type, ir.VectorType):
@@ -322,9 +325,10 @@ class KernelEmitter:
             xv = self._expr(ctx, x)
             if not isinstance(xv.type, ir.VectorType):
                 return None
-            above = b.icmp_signed(">=", xv, ir.Constant(xv.type, [lo] * lanes))
-            below = b.icmp_signed("<=", xv, ir.Constant(xv.type, [hi] * lanes))
-            inside_lanes = b.and_(inside_lanes, b.and_(above, below))
+            for op, bound in ((">=", lo), ("<=", hi)):
+                if bound is not None:
+                    ok = b.icmp_signed(op, xv, ir.Constant(xv.type, [bound] * lanes))
+                    inside_lanes = b.and_(inside_lanes, ok)
         wanted = c if ctx.mask is None else b.and_(c, ctx.mask)
         clamped = b.and_(wanted, b.not_(inside_lanes))
         any_clamped = b.icmp_unsigned(
@@ -347,7 +351,28 @@ class KernelEmitter:
                     ptr = b.bitcast(ptr, mem.as_pointer())
                 # not inbounds: the first lane's address may lie before the buffer (a masked lane)
                 p = b.bitcast(b.gep(ptr, [base], source_etype=mem), PTR)
-                fast_value = b.call(self._masked("load", vt), [p, ir.Constant(I32, 4), wanted, fill])
+                if stride == 1:
+                    fast_value = b.call(self._masked("load", vt), [p, ir.Constant(I32, 4), wanted, fill])
+                else:
+                    span = (lanes - 1) * stride + 1
+                    spread = b.shuffle_vector(
+                        wanted,
+                        ir.Constant(ir.VectorType(I1, lanes), [0] * lanes),
+                        ir.Constant(
+                            ir.VectorType(I32, span),
+                            [j // stride if j % stride == 0 else lanes for j in range(span)],
+                        ),
+                    )
+                    wide_t = ir.VectorType(mem, span)
+                    wide = b.call(
+                        self._masked("load", wide_t),
+                        [p, ir.Constant(I32, 4), spread, self._splat(b, self._expr(ctx, sel.f), span)],
+                    )
+                    fast_value = b.shuffle_vector(
+                        wide,
+                        ir.Constant(wide_t, ir.Undefined),
+                        ir.Constant(ir.VectorType(I32, lanes), [k * stride for k in range(lanes)]),
+                    )
                 fast_block = b.block
         phi = b.phi(vt)
         phi.add_incoming(slow_value, slow_block)
@@ -741,9 +766,10 @@ def emit_kernel(module: ir.Module, func: PrimFunc, symbol: str) -> ir.Function:
     return KernelEmitter(module, func, symbol).emit()
 
 
-def _strip_clamps(e: Expr, var: Var, clamps: list[tuple[Expr, int, int]]) -> Expr:
+def _strip_clamps(e: Expr, var: Var, clamps: list[tuple[Expr, int | None, int | None]]) -> Expr:
     """`e` without its clamps `min(max(x, lo), hi)` of an `x` that depends on `var` (the vector
-    lane); each removed clamp is appended to `clamps` as (x, lo, hi)."""
+    lane), or their halves `max(x, lo)` / `min(x, hi)` where the simplifier proved the other bound
+    holds; each removed clamp is appended to `clamps` as (x, lo, hi), None for a missing bound."""
     if isinstance(e, BinOp):
         if (
             e.op == "min"
@@ -755,6 +781,11 @@ def _strip_clamps(e: Expr, var: Var, clamps: list[tuple[Expr, int, int]]) -> Exp
         ):
             inner = _strip_clamps(e.a.a, var, clamps)
             clamps.append((inner, int(e.a.b.value), int(e.b.value)))
+            return inner
+        if e.op in ("min", "max") and isinstance(e.b, IntImm) and any(x is var for x in walk_expr(e.a)):
+            inner = _strip_clamps(e.a, var, clamps)
+            bound = int(e.b.value)
+            clamps.append((inner, bound, None) if e.op == "max" else (inner, None, bound))
             return inner
         a, b = _strip_clamps(e.a, var, clamps), _strip_clamps(e.b, var, clamps)
         return e if a is e.a and b is e.b else BinOp(e.op, a, b)

@@ -102,18 +102,34 @@ def _conv2d(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 # ------------------------------------------------------------------ lowering: compute definitions
 def pad_tensor(
-    x: te.Tensor, pads_before: Sequence[int], pads_after: Sequence[int], value: float, name: str
+    x: te.Tensor,
+    pads_before: Sequence[int],
+    pads_after: Sequence[int],
+    value: float,
+    name: str,
+    *,
+    phases: int = 1,
 ) -> te.Tensor:
-    """Zero (or `value`) padded copy of x; loads are clamped so no lane reads out of bounds."""
-    if not any(pads_before) and not any(pads_after):
+    """Zero (or `value`) padded copy of x; loads are clamped so no lane reads out of bounds.
+
+    With `phases` > 1, the last axis is dealt into that many phases: element [..., p, q] is padded
+    column q * phases + p, so a window strided by `phases` reads each phase contiguously (a
+    stride-2 depthwise conv reads its input rows as two contiguous half rows, not as every other
+    element of the row, which needs a shuffle per vector and per tap)."""
+    if phases == 1 and not any(pads_before) and not any(pads_after):
         return x
     shape = [d + b + a for d, b, a in zip(x.shape, pads_before, pads_after, strict=True)]
+    out_shape = shape if phases == 1 else [*shape[:-1], phases, -(-shape[-1] // phases)]
+    last = len(shape) - 1
 
     def body(*ix: Expr) -> Expr:
+        if phases > 1:
+            *lead, p, q = ix
+            ix = (*lead, te.add(te.mul(q, te.idx(phases)), p))
         conds = []
         src = []
-        for i, d, b in zip(ix, x.shape, pads_before, strict=True):
-            if b == 0 and shape[len(src)] == d:
+        for axis, (i, d, b) in enumerate(zip(ix, x.shape, pads_before, strict=True)):
+            if b == 0 and shape[axis] == d and not (phases > 1 and axis == last):
                 src.append(i)
                 continue
             j = te.sub(i, te.idx(b))
@@ -123,7 +139,7 @@ def pad_tensor(
         v = x[src]
         return v if cond is None else te.select(cond, v, FloatImm(float(value), x.dtype))
 
-    return te.compute(shape, body, f"{name}_pad", tag="pad", dtype=x.dtype)
+    return te.compute(out_shape, body, f"{name}_pad", tag="pad", dtype=x.dtype)
 
 
 def _conv2d_compute(
@@ -136,16 +152,25 @@ def _conv2d_compute(
     groups = attrs.get("groups", 1)
     oc_total, icg, kh, kw = w.shape
     ocg = oc_total // groups
-    xp = pad_tensor(x, (0, 0, pt, pl), (0, 0, pb, pr), 0.0, name)
+    depthwise = icg == 1 and ocg == 1
+    # a depthwise conv vectorizes along output columns: with a column stride, its padded input is
+    # dealt into phases so that every tap reads contiguous columns
+    phases = sw if depthwise and sw > 1 else 1
+    xp = pad_tensor(x, (0, 0, pt, pl), (0, 0, pb, pr), 0.0, name, phases=phases)
     rc, ry, rx = te.reduce_axis(icg, "rc"), te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
 
     def body(n: Expr, oc: Expr, oh: Expr, ow: Expr) -> te.Reduce:
         ic = rc.var if groups == 1 else te.add(te.mul(BinOp("//", oc, te.idx(ocg)), te.idx(icg)), rc.var)
         h = te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh)))
-        v = te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw)))
-        return te.reduce_sum(te.mul(xp[n, ic, h, v], w[oc, rc.var, ry.var, rx.var]), [rc, ry, rx])
+        if phases > 1:  # column ow * sw + rx * dw is phase (rx * dw) % sw, column ow + (rx * dw) // sw
+            tap = te.mul(rx.var, te.idx(dw))
+            col = te.add(ow, BinOp("//", tap, te.idx(phases)))
+            x_at = xp[n, ic, h, BinOp("%", tap, te.idx(phases)), col]
+        else:
+            x_at = xp[n, ic, h, te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw)))]
+        return te.reduce_sum(te.mul(x_at, w[oc, rc.var, ry.var, rx.var]), [rc, ry, rx])
 
-    kind = "anchor" if groups == 1 else "anchor_depthwise" if icg == 1 and ocg == 1 else "anchor_grouped"
+    kind = "anchor" if groups == 1 else "anchor_depthwise" if depthwise else "anchor_grouped"
     return te.compute(out.shape, body, name, tag=kind, axis_names=["n", "oc", "oh", "ow"], dtype=out.dtype)
 
 
@@ -302,6 +327,12 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
 # conv2d(x, w), attrs: strides, pads (top, left, bottom, right), dilations, groups
 register(
     OpDef(
-        "conv2d", Pattern.ANCHOR, _conv2d_infer, _conv2d, compute=_conv2d_compute, schedule=_conv2d_schedule
+        "conv2d",
+        Pattern.ANCHOR,
+        _conv2d_infer,
+        _conv2d,
+        compute=_conv2d_compute,
+        schedule=_conv2d_schedule,
+        version=2,  # 2: strided depthwise convs read a phase-split padded input
     )
 )

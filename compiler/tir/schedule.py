@@ -377,6 +377,9 @@ def _access_region(
                 ext = inner[atom]
                 lo += min(0, k * (ext - 1))
                 hi += max(0, k * (ext - 1))
+            elif (span := _inner_span(atom, inner)) is not None:
+                lo += min(k * span[0], k * span[1])
+                hi += max(k * span[0], k * span[1])
             else:
                 if any(isinstance(x, Var) and x in inner for x in walk_expr(atom)):
                     raise ScheduleError(f"{where}: index {ix} is not affine in the inner loops")
@@ -384,6 +387,25 @@ def _access_region(
         base = simplify(_lin_expr(base_terms), outer or {})
         out.append((base, lo, hi))
     return out
+
+
+def _inner_span(atom: Expr, inner: dict[Var, int]) -> tuple[int, int] | None:
+    """(min, max) of `x // c` or `x % c` when x is affine in inner loop variables alone and never
+    negative (a window tap dealt into phases: (rx * d) // s, (rx * d) % s); None otherwise."""
+    if not (isinstance(atom, BinOp) and atom.op in ("//", "%") and isinstance(atom.b, IntImm)):
+        return None
+    c = atom.b.value
+    lin = affine_coeffs(atom.a)
+    if lin is None or c <= 0 or not all(isinstance(v, Var) and v in inner for v in lin[0]):
+        return None
+    terms, const = lin
+    lo = const + sum(min(0, k * (inner[v] - 1)) for v, k in terms.items())  # type: ignore[index]
+    hi = const + sum(max(0, k * (inner[v] - 1)) for v, k in terms.items())  # type: ignore[index]
+    if lo < 0:
+        return None
+    if atom.op == "//":
+        return lo // c, hi // c
+    return (lo, hi) if hi < c else (0, c - 1)
 
 
 def _lin_expr(terms: dict[Expr, int]) -> Expr:

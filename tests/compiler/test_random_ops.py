@@ -50,6 +50,23 @@ def test_random_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-
     _check(model, feeds, tmp_path, opt_level=3 if seed % 3 else 0)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_strided_depthwise_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Strided depthwise convs read a padded input dealt into column phases: odd and even widths,
+    asymmetric pads, dilation, strides 2 and 3."""
+    rng = np.random.default_rng(500 + seed)
+    channels = int(rng.integers(1, 24))
+    k, stride, dil = int(rng.choice([1, 3, 5])), int(rng.choice([2, 2, 3])), int(rng.integers(1, 3))
+    pads = [int(p) for p in rng.integers(0, k, 4)]
+    h, w = int(rng.integers(k * dil, 40)), int(rng.integers(k * dil, 70))
+    x = _randn(rng, 1, channels, h, w)
+    wt = _randn(rng, channels, 1, k, k)
+    bias = _randn(rng, channels)
+    model, feeds = single_op("Conv", {"x": x}, {"w": wt, "b": bias}, strides=[stride, stride],
+                             pads=pads, dilations=[dil, dil], group=channels)
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_random_matmul(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(100 + seed)
