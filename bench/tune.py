@@ -136,6 +136,8 @@ def temper_tune(
         "machine_after": conditions(),
         "curve": curve,
         "per_task": per_task_results,
+        # the in-model check after the search (tuner.confirm): finalists timed inside the model
+        "confirmation": final.confirmation,
     }
 
 
