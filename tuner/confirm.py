@@ -262,6 +262,12 @@ def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat:
     from tuner._measure_child import die_with_parent
 
     die_with_parent()
+    # ordinary pages, as the tuner times candidates on (tuner._measure_child._Arena says why): numpy
+    # would ask for huge pages for the modules' large buffers
+    with contextlib.suppress(ImportError, AttributeError):
+        from numpy._core.multiarray import _set_madvise_hugepage
+
+        _set_madvise_hugepage(False)
     try:
         modules = [load(a) for a in artifacts]
         rng = np.random.default_rng(0)

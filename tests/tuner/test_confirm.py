@@ -15,7 +15,7 @@ from tuner.apply import DatabaseSource
 from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists
 from tuner.records import trace_hash
 from tuner.space import default_trace
-from tuner.task import extract_tasks
+from tuner.task import Task, extract_tasks
 from tuner.tune import TuneOptions, tune
 
 
@@ -63,12 +63,18 @@ def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_finalists_are_distinct_and_end_with_the_default(tmp_path: Path) -> None:
+def _searched(tmp_path: Path, trials: int) -> tuple[bytes, SqlDatabase, list[Task]]:
+    """The twin model tuned without the in-model check: (model, database, tasks)."""
     model = twin_conv_model().SerializeToString()
     db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    tune(model, CompileOptions(), db, TuneOptions(trials=12, batch=4, confirm=False))
+    tune(model, CompileOptions(), db, TuneOptions(trials=trials, batch=4, confirm=False))
+    return model, db, extract_tasks(model, CompileOptions())
+
+
+def test_finalists_are_distinct_and_end_with_the_default(tmp_path: Path) -> None:
+    _, db, tasks = _searched(tmp_path, 12)
     target = host_target().key
-    for task in extract_tasks(model, CompileOptions()):
+    for task in tasks:
         finals = finalists(db, task, target, 3)
         ok = [r for r in db.records(task.key, target) if r.ok]
         assert len(finals) == min(3, len(ok))
@@ -88,10 +94,7 @@ def test_nothing_to_confirm_when_only_defaults_were_measured(tmp_path: Path) -> 
 
 
 def test_a_failed_confirmation_leaves_the_records_as_they_were(tmp_path: Path) -> None:
-    model = twin_conv_model().SerializeToString()
-    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    tune(model, CompileOptions(), db, TuneOptions(trials=10, batch=4, confirm=False))
-    tasks = extract_tasks(model, CompileOptions())
+    model, db, tasks = _searched(tmp_path, 10)
     before = {t.key: db.best(t.key, host_target().key) for t in tasks}
     with pytest.raises(ConfirmError, match="longer than"):
         confirm(model, CompileOptions(), db, tasks, host_target(), ConfirmOptions(timeout_s=1e-3))
@@ -100,10 +103,7 @@ def test_a_failed_confirmation_leaves_the_records_as_they_were(tmp_path: Path) -
 
 
 def test_a_stop_request_ends_the_confirmation_with_nothing_stored(tmp_path: Path) -> None:
-    model = twin_conv_model().SerializeToString()
-    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    tune(model, CompileOptions(), db, TuneOptions(trials=10, batch=4, confirm=False))
-    tasks = extract_tasks(model, CompileOptions())
+    model, db, tasks = _searched(tmp_path, 10)
     calls = []
 
     def stop_while_timing() -> bool:  # compiles pass (one call per variant), then the timing is stopped
