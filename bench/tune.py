@@ -10,7 +10,8 @@ trial), records its best-so-far curve and compiles the model with the records; T
 same workload with the same budget and times its best kernel (bench/tvm_tune.py, in a child process); then
 temper's tuned and untuned artifacts and onnxruntime are timed side by side, in alternating rounds. Models
 (--models): each is tuned with --model-trials per task, compiled with the records and timed side by side
-with untuned temper, onnxruntime and PyTorch (eager, bench/onnx_torch.py). TVM is not tuned on models.
+with untuned temper, onnxruntime and PyTorch (eager, bench/onnx_torch.py); TVM MetaSchedule tunes the same
+model with the same budget per task (bench/tvm_tune_model.py) and times it in its child process.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import THREADS, common, models, ops, tvm_tune
+from bench import THREADS, common, models, ops, tvm_tune, tvm_tune_model
 
 DEFAULT_TRIALS = "64,256"
 DEFAULT_MODEL_TRIALS = 32
@@ -382,8 +383,25 @@ def bench_model(
                 directory=directory,
             )
         )
+        if args.with_tvm:
+            print(f"  TVM MetaSchedule, {args.model_trials} trials per task", flush=True)
+            tasks = row["temper"].get("tasks") or len(model.graph.node)
+            before = conditions()
+            tvm = tvm_tune_model.tune_in_subprocess(
+                model,
+                spec.shapes,
+                feeds,
+                reference,
+                args.model_trials,
+                per_iter=args.tvm_trials_per_iter,
+                quick=args.quick,
+                timeout_s=900 + 20 * args.model_trials * tasks,
+            )
+            row["tvm"] = {**tvm, "machine_before": before, "machine_after": conditions()}
         print("  timing side by side", flush=True)
         row.update(_model_timings(model, feeds, reference, directory, settings))
+        if "latency_s" in row.get("tvm", {}):
+            row["timings"]["tvm"] = {k: row["tvm"].pop(k) for k in ("latency_s", "min_s", "samples")}
         gc.collect()  # drop the sessions now: onnxruntime's idle workers spin and steal the cores
     return row
 
@@ -423,22 +441,24 @@ def _model_timings(
     return result
 
 
-def model_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = ["model", "tasks", "trials", "tune s", "temper untuned ms", "temper tuned ms"]
-    header += ["onnxruntime ms", "PyTorch ms", "tuned/onnxruntime", "tuned/PyTorch"]
+def model_table(rows: list[dict[str, Any]], with_tvm: bool) -> tuple[list[str], list[list[str]]]:
+    header = ["model", "tasks", "trials", "tune s"]
+    header += ["TVM tasks", "TVM trials", "TVM tune s"] if with_tvm else []
+    header += ["temper untuned ms", "temper tuned ms"] + (["TVM tuned ms"] if with_tvm else [])
+    header += ["onnxruntime ms", "PyTorch ms"]
+    peers = ("onnxruntime", "pytorch", *(("tvm",) if with_tvm else ()))
+    header += [f"tuned/{p}" for p in ("onnxruntime", "PyTorch", "TVM")[: len(peers)]]
     table = []
     for row in rows:
-        temper = row.get("temper", {})
+        temper, tvm = row.get("temper", {}), row.get("tvm", {})
         timings = row.get("timings", {})
         latency = {system: timing.get("latency_s") for system, timing in timings.items()}
-        cells = [
-            row["name"],
-            _num(temper.get("tasks")),
-            _num(temper.get("trials")),
-            _num(temper.get("tune_s")),
-        ]
-        cells += [_ms(latency.get(s)) for s in ("temper_untuned", "temper", "onnxruntime", "pytorch")]
-        cells += [_ratio(latency.get("temper"), latency.get(peer)) for peer in ("onnxruntime", "pytorch")]
+        cells = [row["name"]] + [_num(temper.get(k)) for k in ("tasks", "trials", "tune_s")]
+        if with_tvm:
+            cells += [_num(tvm.get(k)) for k in ("tasks", "trials", "tune_s")]
+        systems = ("temper_untuned", "temper", *(("tvm",) if with_tvm else ()), "onnxruntime", "pytorch")
+        cells += [_ms(latency.get(s)) if s != "tvm" or "error" not in tvm else "error" for s in systems]
+        cells += [_ratio(latency.get("temper"), latency.get(peer)) for peer in peers]
         table.append(cells)
     return header, table
 
@@ -563,7 +583,7 @@ def main(argv: list[str] | None = None) -> None:
     args.with_tvm = False
     if args.no_tvm:
         notes.append("Apache TVM: not measured (--no-tvm)")
-    elif any(n in workloads for n in chosen):
+    else:
         problem = tvm_importable()
         args.with_tvm = problem is None
         if problem is not None:
@@ -575,6 +595,11 @@ def main(argv: list[str] | None = None) -> None:
             "temper's constants; its tune s includes about a minute of start-up (worker pools, first "
             "population)"
         )
+        if args.models:
+            notes.append(
+                "TVM on models: relax's static-shape tuning pipeline with CPU weight pre-packing, tune_relax "
+                "with the same trials per task as temper; timed alone in its process before the others"
+            )
     start = conditions()
     op_rows, model_rows = [], []
     for name in chosen:
@@ -587,7 +612,7 @@ def main(argv: list[str] | None = None) -> None:
         header, table = operator_table(op_rows, args.with_tvm)
         print_table("temper tuning vs TVM MetaSchedule (operators)", header, table, args.markdown)
     if model_rows:
-        header, table = model_table(model_rows)
+        header, table = model_table(model_rows, args.with_tvm)
         print_table(f"tuned models ({args.model_trials} trials per task)", header, table, args.markdown)
     for note in notes:
         print(f"note: {note}")

@@ -233,35 +233,41 @@ def tune_in_subprocess(
     timeout_s: float,
 ) -> dict[str, Any]:
     """Run `child` in a child process: the tuning summary and the tuned kernel's timing, or {"error": ...}."""
+    with tempfile.TemporaryDirectory(prefix="temper-bench-tvm-") as tmp:
+        command = ["-m", "bench.tvm_tune", "--workload", name, "--trials", str(trials)]
+        command += ["--per-iter", str(per_iter), "--mcpu", common.host_cpu_name()]
+        command += ["--quick"] if quick else []
+        out = Path(tmp) / "result.json"
+        return run_child([*command, "--out", str(out)], out, timeout_s)
+
+
+def run_child(arguments: list[str], out: Path, timeout_s: float) -> dict[str, Any]:
+    """Run `python ARGUMENTS` from the repository root and read the JSON it writes to `out`; {"error": ...}
+    when it times out or exits without writing it."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    with tempfile.TemporaryDirectory(prefix="temper-bench-tvm-") as tmp:
-        out = Path(tmp) / "result.json"
-        command = [sys.executable, "-m", "bench.tvm_tune", "--workload", name, "--trials", str(trials)]
-        command += ["--per-iter", str(per_iter), "--mcpu", common.host_cpu_name(), "--out", str(out)]
-        command += ["--quick"] if quick else []
-        # a session of its own: on timeout the child's builder and runner workers are killed with it
-        with subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        ) as proc:
-            try:
-                log, _ = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                return {"error": f"TVM tuning did not finish within {timeout_s:.0f} s"}
-        if out.exists():
-            return json.loads(out.read_text())
-        tail = log.strip().splitlines()[-3:]
-        return {"error": f"TVM child exited with code {proc.returncode}: " + " | ".join(tail)[:400]}
+    # a session of its own: on timeout the child's builder and runner workers are killed with it
+    with subprocess.Popen(
+        [sys.executable, *arguments],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            log, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return {"error": f"TVM did not finish within {timeout_s:.0f} s"}
+    if out.exists():
+        return json.loads(out.read_text())
+    tail = log.strip().splitlines()[-3:]
+    return {"error": f"TVM child exited with code {proc.returncode}: " + " | ".join(tail)[:400]}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -112,3 +112,28 @@ def test_importing_bench_pins_threads() -> None:
 
     assert os.environ["OMP_NUM_THREADS"] == str(common.THREADS)
     assert os.environ["OPENBLAS_NUM_THREADS"] == str(common.THREADS)
+
+
+def test_tuned_model_table_reports_tvm_beside_the_others() -> None:
+    from bench.tune import model_table
+
+    timings = {"temper": 2e-3, "temper_untuned": 3e-3, "onnxruntime": 4e-3, "pytorch": 8e-3, "tvm": 1e-3}
+    row = {
+        "name": "m",
+        "temper": {"tasks": 3, "trials": 96, "tune_s": 10.0},
+        "tvm": {"tasks": 4, "trials": 128, "tune_s": 50.0},
+        "timings": {system: {"latency_s": s} for system, s in timings.items()},
+    }
+    header, [cells] = model_table([row], with_tvm=True)
+    by_column = dict(zip(header, cells, strict=True))
+    assert by_column["TVM tuned ms"] == "1.000" and by_column["TVM trials"] == "128"
+    assert by_column["tuned/onnxruntime"] == "0.50×" and by_column["tuned/TVM"] == "2.00×"
+    failed = {
+        **row,
+        "tvm": {"error": "TVM did not finish within 900 s"},
+        "timings": row["timings"] | {"tvm": {}},
+    }
+    header, [cells] = model_table([failed], with_tvm=True)
+    assert dict(zip(header, cells, strict=True))["TVM tuned ms"] == "error"
+    header, [cells] = model_table([row], with_tvm=False)
+    assert "TVM tuned ms" not in header and len(header) == len(cells)

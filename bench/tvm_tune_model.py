@@ -1,0 +1,184 @@
+"""Apache TVM MetaSchedule on a whole model, as the tuning benchmark's peer for tuned models.
+
+Runs in a child process of its own for the reasons bench/tvm_tune.py gives (TVM's LLVM must not meet
+llvmlite's, its thread pool must not spin while the others are timed, a crash costs only its row). The
+child follows relax's static-shape tuning pipeline (TVM_NOTES.md, item 6) with CPU weight pre-packing, but
+drives MetaSchedule through `tune_relax` so that every task gets the same per-task budget temper gets
+(`max_trials_global` = tasks × budget) and the builder skips the tensor-intrinsic import (item 2). The tuned
+model is checked against onnxruntime's outputs, then timed through its Python call: inputs converted from
+numpy, outputs copied back, weights pre-packed once beforehand (as temper's artifact holds them packed).
+
+    python -m bench.tvm_tune_model --model m.onnx --shapes '{"x": [1, 3]}' --feeds in.npz \
+        --reference out.npz --trials-per-task 32 --mcpu znver4 --out result.json [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import THREADS, common, tvm_tune
+
+
+def relax_module(model_path: Path, shapes: dict[str, list[int]]) -> tuple[Any, list[Any]]:
+    """The ONNX model as a relax module whose weights are parameters (so they can be pre-packed), and
+    those weights."""
+    import onnx
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = onnx.load(str(model_path))
+    mod = from_onnx(model, shape_dict={k: list(v) for k, v in shapes.items()}, keep_params_in_input=True)
+    mod, params = relax.frontend.detach_params(mod)
+    return mod, list(params.get("main", []))
+
+
+def tune(mod: Any, per_task: int, per_iter: int, mcpu: str, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """Tune every task of `mod` with `per_task` trials; returns (the module with the best schedules
+    applied and its weight transform lifted out, tuning summary)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import transform
+    from tvm.s_tir import meta_schedule as ms
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": THREADS})
+    with target:
+        mod = tvm.transform.Sequential(
+            [
+                transform.DecomposeOpsForInference(),
+                transform.CanonicalizeBindings(),
+                relax.get_pipeline("zero"),
+                transform.AttachAttrLayoutFreeBuffers(),
+            ]
+        )(mod)
+    tasks = ms.relax_integration.extract_tasks(mod, target, params={})
+    start = time.perf_counter()
+    ms.relax_integration.tune_relax(
+        mod,
+        params={},
+        target=target,
+        work_dir=str(work_dir),
+        max_trials_global=per_task * len(tasks),
+        max_trials_per_task=per_task,
+        num_trials_per_iter=min(per_iter, per_task),
+        builder=ms.builder.LocalBuilder(f_build=tvm_tune.f_build, max_workers=THREADS),
+        runner=ms.runner.LocalRunner(),
+        seed=0,
+    )
+    tune_s = time.perf_counter() - start
+    trials, failed = _count_records(work_dir)
+    with target:
+        mod = tvm.transform.Sequential(
+            [
+                transform.MetaScheduleApplyDatabase(str(work_dir)),
+                transform.SplitLayoutRewritePreproc(),
+                transform.LiftTransformParams(),
+                transform.FoldConstant(),
+            ]
+        )(mod)
+    summary = {"tasks": len(tasks), "budget": per_task * len(tasks), "trials": trials, "failed": failed}
+    return (mod, target), {**summary, "tune_s": tune_s}
+
+
+def _count_records(work_dir: Path) -> tuple[int, int]:
+    """(candidates measured, of which failed) from MetaSchedule's tuning-record log."""
+    path = work_dir / "database_tuning_record.json"
+    lines = path.read_text().splitlines() if path.exists() else []
+    failed = 0
+    for line in lines:
+        run_secs = json.loads(line)[1][1] or []
+        if not run_secs or min(float(s) for s in run_secs) >= tvm_tune.FAILED_SECS:
+            failed += 1
+    return len(lines), failed
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    """Tune, build, check against the reference and time; the tuning summary stands when a later step
+    fails (the result's "error" says why it has no timing)."""
+    import tvm
+    from tvm import relax
+
+    from bench import models
+
+    shapes = json.loads(args.shapes)
+    with np.load(args.feeds) as data:
+        feeds = [data[name] for name in data.files]
+    with np.load(args.reference) as data:
+        reference = [data[name] for name in data.files]
+    result: dict[str, Any] = {}
+    try:
+        mod, weights = relax_module(args.model, shapes)
+        with tempfile.TemporaryDirectory(prefix="temper-bench-ms-model-") as tmp:
+            (mod, target), summary = tune(mod, args.trials_per_task, args.per_iter, args.mcpu, Path(tmp))
+        result.update(summary)
+        start = time.perf_counter()
+        executable = tvm.compile(mod, target=target)
+        result["compile_s"] = time.perf_counter() - start
+        device = tvm.cpu()
+        vm = relax.VirtualMachine(executable, device)
+        packed = vm["main_transform_params"]([tvm.runtime.tensor(w.numpy(), device) for w in weights])
+        main = vm["main"]
+
+        def call() -> list[np.ndarray]:
+            return models._tvm_outputs(main(*(tvm.runtime.tensor(a, device) for a in feeds), *packed))
+
+        models._check(call(), reference)
+        timing = common.measure(call, common.Settings.from_args(args.quick))
+        result.update(latency_s=timing.median, min_s=min(timing.samples), samples=list(timing.samples))
+    except Exception as exc:  # reported as TVM's error in the parent's row
+        result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+    return result
+
+
+def tune_in_subprocess(
+    model: Any,
+    shapes: dict[str, tuple[int, ...]],
+    feeds: dict[str, np.ndarray],
+    reference: list[np.ndarray],
+    per_task: int,
+    *,
+    per_iter: int,
+    quick: bool,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Run `child` on `model` (an onnx.ModelProto) in a child process: the tuning summary and the tuned
+    model's timing, or {"error": ...}."""
+    with tempfile.TemporaryDirectory(prefix="temper-bench-tvm-model-") as tmp:
+        directory = Path(tmp)
+        (directory / "model.onnx").write_bytes(model.SerializeToString())
+        np.savez(directory / "feeds.npz", **feeds)  # keeps the order: the model's input order
+        np.savez(directory / "reference.npz", *reference)
+        command = ["-m", "bench.tvm_tune_model", "--model", str(directory / "model.onnx")]
+        command += ["--shapes", json.dumps({k: list(v) for k, v in shapes.items()})]
+        command += ["--feeds", str(directory / "feeds.npz"), "--reference", str(directory / "reference.npz")]
+        command += ["--trials-per-task", str(per_task), "--per-iter", str(per_iter)]
+        command += ["--mcpu", common.host_cpu_name()] + (["--quick"] if quick else [])
+        out = directory / "result.json"
+        return tvm_tune.run_child([*command, "--out", str(out)], out, timeout_s)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.tvm_tune_model", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--model", type=Path, required=True, help="the ONNX file")
+    parser.add_argument("--shapes", default="{}", help="JSON object: input name -> dims")
+    parser.add_argument("--feeds", type=Path, required=True, help="the inputs (.npz, in the model's order)")
+    parser.add_argument("--reference", type=Path, required=True, help="expected outputs (.npz, in order)")
+    parser.add_argument("--trials-per-task", type=int, required=True, help="MetaSchedule's budget per task")
+    parser.add_argument("--per-iter", type=int, default=64, help="candidates per search iteration")
+    parser.add_argument("--mcpu", default="generic", help="LLVM CPU name for TVM's target (the host's)")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the result (JSON)")
+    parser.add_argument("--quick", action="store_true", help="fewer timing samples")
+    args = parser.parse_args(argv)
+    args.out.write_text(json.dumps(child(args)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
