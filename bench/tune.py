@@ -1,5 +1,5 @@
 """Tuning benchmark: temper's auto-tuner against Apache TVM MetaSchedule at equal trial budgets, and tuned
-models against onnxruntime and PyTorch, in one run on this machine.
+models against onnxruntime, PyTorch and TVM MetaSchedule, in one run on this machine.
 
     python -m bench.tune [--trials 64,256] [--only gemm1024,resnet18] [--models] [--model-trials 32]
                          [--json OUT] [--markdown] [--no-tvm] [--quick]
