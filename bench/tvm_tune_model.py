@@ -59,18 +59,11 @@ def tune(mod: Any, per_task: int, per_iter: int, mcpu: str, work_dir: Path) -> t
         )(mod)
     tasks = ms.relax_integration.extract_tasks(mod, target, params={})
     start = time.perf_counter()
-    ms.relax_integration.tune_relax(
-        mod,
-        params={},
-        target=target,
-        work_dir=str(work_dir),
-        max_trials_global=per_task * len(tasks),
-        max_trials_per_task=per_task,
-        num_trials_per_iter=min(per_iter, per_task),
-        builder=ms.builder.LocalBuilder(f_build=tvm_tune.f_build, max_workers=THREADS),
-        runner=ms.runner.LocalRunner(),
-        seed=0,
-    )
+    crashed: list[str] = []
+    try:
+        _tune_tasks(tasks, per_task, per_iter, work_dir)
+    except Exception as exc:  # MetaSchedule's scheduler died on one task: tune the others one by one
+        crashed = _tune_one_by_one(tasks, per_task, per_iter, work_dir, first_error=exc)
     tune_s = time.perf_counter() - start
     trials, failed = _count_records(work_dir)
     with target:
@@ -83,7 +76,56 @@ def tune(mod: Any, per_task: int, per_iter: int, mcpu: str, work_dir: Path) -> t
             ]
         )(mod)
     summary = {"tasks": len(tasks), "budget": per_task * len(tasks), "trials": trials, "failed": failed}
+    if crashed:
+        summary["crashed_tasks"] = crashed
     return (mod, target), {**summary, "tune_s": tune_s}
+
+
+def _tune_tasks(tasks: list[Any], per_task: int, per_iter: int, work_dir: Path) -> None:
+    """MetaSchedule's gradient task scheduler over `tasks`, `per_task` trials each, into the JSON
+    database in `work_dir` (which already holds whatever an earlier call recorded)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        extracted_tasks=tasks, work_dir=str(work_dir), seed=0
+    )
+    ms.tune.tune_tasks(
+        tasks=contexts,
+        task_weights=weights,
+        work_dir=str(work_dir),
+        max_trials_global=per_task * len(tasks),
+        max_trials_per_task=per_task,
+        num_trials_per_iter=min(per_iter, per_task),
+        builder=ms.builder.LocalBuilder(f_build=tvm_tune.f_build, max_workers=THREADS),
+        runner=ms.runner.LocalRunner(),
+    )
+
+
+def _tune_one_by_one(
+    tasks: list[Any], per_task: int, per_iter: int, work_dir: Path, first_error: Exception
+) -> list[str]:
+    """After a crash of the scheduler: every task without records yet is tuned on its own, so one task
+    MetaSchedule cannot schedule costs that task (left as relax lowered it), not the model's row.
+    Returns "task: error" for the tasks that crashed again."""
+    from tvm.s_tir import meta_schedule as ms
+
+    database = ms.database.JSONDatabase(work_dir=str(work_dir))
+    crashed = []
+    for task in tasks:
+        module = task.dispatched[0]
+        if database.has_workload(module) and database.get_top_k(database.commit_workload(module), 1):
+            continue
+        try:
+            _tune_tasks([task], per_task, per_iter, work_dir)
+        except Exception as exc:
+            crashed.append(f"{task.task_name}: {_first_line(exc)}")
+    if not crashed:  # every task tuned alone: report what stopped the joint run
+        crashed.append(f"(joint run): {_first_line(first_error)}")
+    return crashed
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
 
 
 def _count_records(work_dir: Path) -> tuple[int, int]:
