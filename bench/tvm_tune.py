@@ -270,14 +270,19 @@ def run_child(arguments: list[str], out: Path, timeout_s: float) -> dict[str, An
     return {"error": f"TVM child exited with code {proc.returncode}: " + " | ".join(tail)[:400]}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.tvm_tune", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", required=True, help="a name from bench/workloads.json")
-    parser.add_argument("--trials", type=int, required=True, help="MetaSchedule's trial budget")
+def add_child_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every TVM child takes from its parent besides what it tunes."""
     parser.add_argument("--per-iter", type=int, default=64, help="candidates per search iteration")
     parser.add_argument("--mcpu", default="generic", help="LLVM CPU name for TVM's target (the host's)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the result (JSON)")
     parser.add_argument("--quick", action="store_true", help="fewer timing samples")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.tvm_tune", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", required=True, help="a name from bench/workloads.json")
+    parser.add_argument("--trials", type=int, required=True, help="MetaSchedule's trial budget")
+    add_child_flags(parser)
     args = parser.parse_args(argv)
     if args.workload not in {s["name"] for s in ops.load_workloads()}:
         raise SystemExit(f"unknown workload {args.workload!r}")

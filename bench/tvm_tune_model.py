@@ -65,7 +65,8 @@ def tune(mod: Any, per_task: int, per_iter: int, mcpu: str, work_dir: Path) -> t
     except Exception as exc:  # MetaSchedule's scheduler died on one task: tune the others one by one
         crashed = _tune_one_by_one(tasks, per_task, per_iter, work_dir, first_error=exc)
     tune_s = time.perf_counter() - start
-    trials, failed = _count_records(work_dir)
+    curve, failed, _ = tvm_tune.read_curve(work_dir, flops=1)  # one line per measured candidate
+    trials = len(curve)
     with target:
         mod = tvm.transform.Sequential(
             [
@@ -126,18 +127,6 @@ def _tune_one_by_one(
 
 def _first_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-
-
-def _count_records(work_dir: Path) -> tuple[int, int]:
-    """(candidates measured, of which failed) from MetaSchedule's tuning-record log."""
-    path = work_dir / "database_tuning_record.json"
-    lines = path.read_text().splitlines() if path.exists() else []
-    failed = 0
-    for line in lines:
-        run_secs = json.loads(line)[1][1] or []
-        if not run_secs or min(float(s) for s in run_secs) >= tvm_tune.FAILED_SECS:
-            failed += 1
-    return len(lines), failed
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,10 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--feeds", type=Path, required=True, help="the inputs (.npz, in the model's order)")
     parser.add_argument("--reference", type=Path, required=True, help="expected outputs (.npz, in order)")
     parser.add_argument("--trials-per-task", type=int, required=True, help="MetaSchedule's budget per task")
-    parser.add_argument("--per-iter", type=int, default=64, help="candidates per search iteration")
-    parser.add_argument("--mcpu", default="generic", help="LLVM CPU name for TVM's target (the host's)")
-    parser.add_argument("--out", type=Path, required=True, help="where to write the result (JSON)")
-    parser.add_argument("--quick", action="store_true", help="fewer timing samples")
+    tvm_tune.add_child_flags(parser)
     args = parser.parse_args(argv)
     args.out.write_text(json.dumps(child(args)) + "\n")
 
