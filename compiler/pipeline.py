@@ -26,6 +26,7 @@ from compiler.graph.passes import run_passes
 from compiler.graph.passes.fuse import print_fused
 from compiler.graph.printer import print_graph
 from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernel, lower_group
+from compiler.limits import DEFAULT_LIMITS, Limits
 from compiler.planner import make_plan
 from compiler.runtime.archive import write_artifact
 from compiler.target import Target, parse_target
@@ -44,6 +45,11 @@ class CompileOptions:
     dump_ir: str | None = None
     # node name -> schedule to force for the kernel containing that node (per-node override)
     overrides: Mapping[str, ScheduleChoice] = field(default_factory=dict)
+    # how much a model may ask for (tensor sizes, node count, nesting): see compiler.limits
+    limits: Limits = DEFAULT_LIMITS
+    # a model given as a path may keep weights in external data files next to it (never outside
+    # its directory); False refuses them, as a model given as bytes always does
+    external_data: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.opt_level <= 3:
@@ -86,7 +92,8 @@ def _is_alias(call: Call) -> bool:
 
 def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
     target = parse_target(options.target)
-    graph = load_onnx(model, dict(options.shapes))  # parse, check, bind shapes, fold shape subgraphs
+    # parse, check, bind shapes, fold shape subgraphs
+    graph = load_onnx(model, dict(options.shapes), limits=options.limits, external_data=options.external_data)
     seen: list[Graph] = [graph]
     fused, passes = run_passes(graph, options.opt_level, lambda _, g: seen.append(g))  # passes + partition
     optimized = seen[-2]  # the graph before partitioning into kernels

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
-from google.protobuf.message import DecodeError
 
-from compiler.errors import ModelError, ShapeError
-from compiler.frontend.onnx import load_onnx
+from compiler.errors import ShapeError
+from compiler.frontend.guard import dtype_name
+from compiler.frontend.onnx import declared_dims, load_onnx, parse_model
 from compiler.pipeline import CompileOptions
 from tuner.task import extract_tasks
 
@@ -24,8 +24,7 @@ _UNBOUND_MARKERS = ("is not bound", "has an unknown rank")  # the frontend's wor
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[int | str]:
-    shape = vi.type.tensor_type.shape
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in shape.dim]
+    return declared_dims(vi) or []
 
 
 def _dtype(vi: onnx.ValueInfoProto) -> str:
@@ -33,23 +32,11 @@ def _dtype(vi: onnx.ValueInfoProto) -> str:
     try:
         return onnx.helper.tensor_dtype_to_np_dtype(elem).name
     except (KeyError, ValueError, TypeError):
-        return onnx.TensorProto.DataType.Name(elem).lower() if elem else "unknown"
+        return dtype_name(elem).lower() if elem else "unknown"
 
 
 def _tensors(values: Sequence[onnx.ValueInfoProto], skip: set[str]) -> list[dict[str, Any]]:
     return [{"name": v.name, "shape": _dims(v), "dtype": _dtype(v)} for v in values if v.name not in skip]
-
-
-def parse(data: bytes) -> onnx.ModelProto:
-    """The model proto, or ModelError for bytes that are not one."""
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except (DecodeError, ValueError) as e:
-        raise ModelError(f"not a valid ONNX protobuf (corrupt or truncated): {e}") from None
-    if not proto.HasField("graph") or not proto.graph.output:
-        raise ModelError("model has no graph or no outputs (empty or truncated file?)")
-    return proto
 
 
 def unbound_inputs(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> list[str]:
@@ -59,14 +46,15 @@ def unbound_inputs(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) 
     for vi in proto.graph.input:
         if vi.name in inits or vi.name in shapes:
             continue
-        if not vi.type.tensor_type.HasField("shape") or any(isinstance(d, str) for d in _dims(vi)):
+        declared = declared_dims(vi)
+        if declared is None or any(isinstance(d, str) for d in declared):
             out.append(vi.name)
     return out
 
 
 def summarize(data: bytes, shapes: Mapping[str, Sequence[int]], target: str = "host") -> dict[str, Any]:
     """The summary stored with the model (the JSON of schemas.ModelOut minus the row's columns)."""
-    proto = parse(data)
+    proto = parse_model(data)
     bound = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
     unbound = unbound_inputs(proto, bound)
     tasks: list[dict[str, Any]] = []

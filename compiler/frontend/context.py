@@ -16,7 +16,8 @@ from onnx import helper, numpy_helper
 
 from compiler.errors import CompilerError, ShapeError
 from compiler.graph.interpret import fold
-from compiler.graph.ir import Call, Const, Expr, attrs_of
+from compiler.graph.ir import Call, Const, Expr, TensorType, attrs_of
+from compiler.limits import DEFAULT_LIMITS, FOLD_ELEMENTS, Limits
 from compiler.ops import registry
 
 
@@ -42,6 +43,31 @@ def decode_attribute(attr: onnx.AttributeProto) -> Any:
 
 
 @dataclass
+class Budget:
+    """What converting one model may still allocate: every value's size is checked against the
+    limits as its type is inferred, and constants folded so far count against the model's total."""
+
+    limits: Limits = DEFAULT_LIMITS
+    folded: int = 0
+
+    def check(self, t: TensorType) -> None:
+        if any(d < 0 for d in t.shape):
+            raise ShapeError(f"result would have negative dims {list(t.shape)}")
+        if t.size > self.limits.tensor_elements:
+            raise ShapeError(
+                f"result would have {t.size} elements (shape {list(t.shape)}); "
+                f"the limit is {self.limits.tensor_elements}"
+            )
+
+    def fold(self, elements: int) -> bool:
+        """Whether a constant of `elements` may be folded now (and count it if so)."""
+        if elements > FOLD_ELEMENTS or self.folded + elements > self.limits.total_constant_elements:
+            return False
+        self.folded += elements
+        return True
+
+
+@dataclass
 class NodeContext:
     """One node being converted. `name` is the ONNX node name or f"{op_type}_{index}"."""
 
@@ -50,6 +76,7 @@ class NodeContext:
     opset: int
     inputs: list[Expr | None]  # None for an omitted optional input
     attrs: dict[str, Any]
+    budget: Budget
 
     @property
     def op_type(self) -> str:
@@ -89,16 +116,32 @@ class NodeContext:
         return Const(name or f"{self.name}.const", arr)
 
     def emit(self, op: str, args: Sequence[Expr], **attrs: Any) -> Expr:
-        return emit(op, args, attrs, node=self.name, op_type=self.op_type)
+        return emit(op, args, attrs, node=self.name, op_type=self.op_type, budget=self.budget)
+
+    def full(self, shape: Sequence[int], fill: np.generic) -> Expr:
+        """A constant of `shape` filled with `fill`; a large one is broadcast at run time instead."""
+        t = TensorType(tuple(shape), np.asarray(fill).dtype.name)
+        try:
+            self.budget.check(t)
+        except ShapeError as e:
+            raise self.error(e.message) from None
+        if self.budget.fold(t.size):
+            return self.new_const(np.full(t.shape, fill), name=self.node.output[0])
+        scalar = self.new_const(np.asarray(fill), name=f"{self.name}.value")
+        return self.emit("expand", [scalar], shape=t.shape)
 
 
-def emit(op: str, args: Sequence[Expr], attrs: dict[str, Any], *, node: str, op_type: str) -> Expr:
-    """Build (or fold, when every argument is constant) one graph op; errors name the ONNX node."""
+def emit(
+    op: str, args: Sequence[Expr], attrs: dict[str, Any], *, node: str, op_type: str, budget: Budget
+) -> Expr:
+    """Build (or fold, when every argument is constant and the result is not too large) one graph
+    op; errors name the ONNX node."""
     frozen = attrs_of(attrs)
     plain = dict(frozen)
     try:
         out_type = registry.get(op).infer([a.type for a in args], plain)
-        if args and all(isinstance(a, Const) for a in args):
+        budget.check(out_type)
+        if args and all(isinstance(a, Const) for a in args) and budget.fold(out_type.size):
             return fold(op, args, plain, out_type, name=node)
     except CompilerError as e:
         raise type(e)(e.message, node=node, op=op_type) from None

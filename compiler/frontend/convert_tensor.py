@@ -331,7 +331,7 @@ def _constant_of_shape(ctx: NodeContext) -> Sequence[Expr]:
     assert shape is not None
     value = ctx.attr("value")
     fill = value.reshape(-1)[0] if value is not None else np.float32(0.0)
-    return [ctx.new_const(np.full(shape, fill, dtype=np.asarray(fill).dtype), name=ctx.node.output[0])]
+    return [ctx.full(shape, fill)]
 
 
 def _constant(ctx: NodeContext) -> Sequence[Expr]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,10 +19,11 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from compiler.errors import CompilerError, ModelError, ShapeError, UnsupportedOpError
-from compiler.frontend import convert_math, convert_nn, convert_tensor
-from compiler.frontend.context import NodeContext, OpConverter, ScanInfo, decode_attribute
+from compiler.frontend import convert_math, convert_nn, convert_tensor, guard
+from compiler.frontend.context import Budget, NodeContext, OpConverter, ScanInfo, decode_attribute
 from compiler.frontend.convert_math import RUNTIME_DTYPES, onnx_dtype_name
 from compiler.graph.ir import DTYPES, Const, Expr, Graph, TensorType, Var
+from compiler.limits import DEFAULT_LIMITS, FOLD_ELEMENTS, Limits
 
 SUPPORTED_OPSETS = range(13, 22)
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -45,16 +47,23 @@ _ALWAYS_CONST = {"Constant", "Shape", "Size"}
 
 
 def load_onnx(
-    model: bytes | str | os.PathLike[str] | onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | None = None
+    model: bytes | str | os.PathLike[str] | onnx.ModelProto,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    external_data: bool = True,
 ) -> Graph:
     """Convert an ONNX model to a graph with static shapes; `shapes` binds dynamic input dims
-    (input name -> full dims)."""
-    proto = _parse(model)
+    (input name -> full dims). `external_data`: read the external data files of a model given as a
+    path, from its own directory (a model given as bytes or a proto never reads any file)."""
+    proto = parse_model(model, limits, external_data)
     opset = _default_opset(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"model fails the ONNX checker: {_first_line(e)}") from None
+    except (ValueError, RuntimeError, UnicodeError) as e:  # the checker's other ways of saying no
+        raise ModelError(f"model fails the ONNX checker: {type(e).__name__}: {_first_line(e)}") from None
     try:
         inferred: onnx.GraphProto | None = onnx.shape_inference.infer_shapes(
             proto, check_type=True, strict_mode=True
@@ -62,11 +71,13 @@ def load_onnx(
         inference_error = ""
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
         inferred, inference_error = None, _first_line(e)
+    except (ValueError, RuntimeError, UnicodeError) as e:
+        inferred, inference_error = None, f"{type(e).__name__}: {_first_line(e)}"
     _check_supported(proto, _scan(proto, opset, inferred))  # unsupported nodes are the more useful error
     if inference_error:
         raise ModelError(f"model fails ONNX shape inference: {inference_error}")
     inputs = bind_inputs(proto.graph, shapes or {})
-    return _convert(proto.graph, inputs, opset)
+    return _convert(proto.graph, inputs, opset, Budget(limits))
 
 
 def _first_line(e: Exception) -> str:
@@ -76,24 +87,32 @@ def _first_line(e: Exception) -> str:
 # ---- parsing ----------------------------------------------------------------------------------------
 
 
-def _parse(model: bytes | str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
+def parse_model(
+    model: bytes | str | os.PathLike[str] | onnx.ModelProto,
+    limits: Limits = DEFAULT_LIMITS,
+    external_data: bool = False,
+) -> onnx.ModelProto:
+    """The model proto, checked by the guard before anything reads a tensor. External data is read
+    only for a model given as a path with `external_data`, and only from files in its directory."""
     if isinstance(model, onnx.ModelProto):
         proto = model
     elif isinstance(model, (bytes, bytearray, memoryview)):
         proto = onnx.ModelProto()
         try:
             proto.ParseFromString(bytes(model))
-        except DecodeError as e:
+        except (DecodeError, ValueError, RecursionError) as e:
             raise ModelError(f"not a valid ONNX protobuf (corrupt or truncated): {e}") from None
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
-            raise ModelError("model keeps its weights in external data files; load it from a path instead")
     else:
+        path = Path(os.fspath(model))
         try:
-            proto = onnx.load(os.fspath(model))
+            proto = onnx.load(path, load_external_data=False)
         except OSError as e:
             raise ModelError(f"cannot read model file: {e}") from None
-        except DecodeError as e:
+        except (DecodeError, ValueError, RecursionError) as e:
             raise ModelError(f"not a valid ONNX protobuf (corrupt or truncated): {e}") from None
+        external = guard.check_model(proto, limits, allow_external=external_data)
+        guard.resolve_external_data(external, path.parent)
+    guard.check_model(proto, limits)
     if not proto.HasField("graph") or not proto.graph.output:
         raise ModelError("model has no graph or no outputs (empty or truncated file?)")
     return proto
@@ -169,13 +188,13 @@ def _check_supported(proto: onnx.ModelProto, info: ScanInfo) -> None:
             bad.append((vi.name, "graph input", info.opset))
             reasons.append(f"input {vi.name!r} is not a tensor")
         elif onnx_dtype_name(vi.type.tensor_type.elem_type) not in RUNTIME_DTYPES:
-            dtype = helper.tensor_dtype_to_string(vi.type.tensor_type.elem_type)
+            dtype = guard.dtype_name(vi.type.tensor_type.elem_type)
             bad.append((vi.name, "graph input", info.opset))
             reasons.append(f"input {vi.name!r} has dtype {dtype} (supported: {', '.join(RUNTIME_DTYPES)})")
     for t in graph.initializer:
         if onnx_dtype_name(t.data_type) is None:
             bad.append((t.name, "initializer", info.opset))
-            reasons.append(f"initializer {t.name!r} has dtype {helper.tensor_dtype_to_string(t.data_type)}")
+            reasons.append(f"initializer {t.name!r} has dtype {guard.dtype_name(t.data_type)}")
     for i, node in enumerate(graph.node):
         reason = _unsupported_reason(node, info)
         if reason:
@@ -191,12 +210,16 @@ def _check_supported(proto: onnx.ModelProto, info: ScanInfo) -> None:
 # ---- dynamic dims -----------------------------------------------------------------------------------
 
 
-def _declared_dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
-    """Declared dims: int when static, the dim_param name (or '?') when dynamic; None if rank unknown."""
+def declared_dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
+    """Declared dims: int when static, the dim_param name (or '?') when dynamic; None if rank unknown.
+    A negative dim_value (old exporters wrote -1 for a dynamic axis) is dynamic too."""
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+    return [
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or "?")
+        for d in tt.shape.dim
+    ]
 
 
 def _check_binding(
@@ -233,7 +256,7 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
     symbols: dict[str, tuple[int, str]] = {}
     out: list[Var] = []
     for name in names:
-        declared = _declared_dims(by_name[name])
+        declared = declared_dims(by_name[name])
         if name in shapes:
             dims = [int(d) for d in shapes[name]]
             _check_binding(name, declared, dims, symbols)
@@ -264,7 +287,7 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
 # ---- conversion -------------------------------------------------------------------------------------
 
 
-def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int) -> Graph:
+def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int, budget: Budget) -> Graph:
     env: dict[str, Expr] = {}
     for t in graph.initializer:
         env[t.name] = Const(t.name, numpy_helper.to_array(t))
@@ -281,6 +304,7 @@ def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int) -> Graph:
             opset=opset,
             inputs=[env[n] if n else None for n in node.input],
             attrs={a.name: decode_attribute(a) for a in node.attribute},
+            budget=budget,
         )
         try:
             conv = CONVERTERS.get(node.op_type)
@@ -297,7 +321,49 @@ def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int) -> Graph:
         if o.name not in env:
             raise ModelError(f"graph output {o.name!r} is never computed")
         outputs.append(env[o.name])
-    return Graph(tuple(inputs), tuple(outputs), tuple(o.name for o in graph.output))
+    converted = Graph(tuple(inputs), tuple(outputs), tuple(o.name for o in graph.output))
+    _check_total(converted, budget.limits)
+    return converted
+
+
+def _check_total(graph: Graph, limits: Limits) -> None:
+    """Every value the graph computes must fit in memory together (the runtime's plan holds them)."""
+    total = sum(v.type.size for v in (*graph.inputs, *graph.nodes()))
+    if total > limits.total_value_elements:
+        raise ShapeError(
+            f"the model computes {total} elements in all; the limit is {limits.total_value_elements} "
+            "(bind smaller input shapes?)"
+        )
+
+
+def _check_fold_size(ctx: NodeContext, feeds: Mapping[str, np.ndarray]) -> None:
+    """ONNX's shape inference sizes the outputs from the constant inputs before anything is evaluated:
+    an op that would make a huge constant (Range to 2^40, OneHot of depth 10^9) is refused unrun."""
+    try:
+        schema = onnx.defs.get_schema(ctx.op_type, ctx.opset, ctx.node.domain)
+        types = {
+            n: helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        }
+        data = {n: numpy_helper.from_array(a) for n, a in feeds.items()}
+        inferred = onnx.shape_inference.infer_node_outputs(schema, ctx.node, types, data)
+    except Exception as e:  # inference says no in many ways: the op cannot be sized
+        raise ctx.error(f"cannot size {ctx.op_type}'s result before folding it: {_first_line(e)}") from None
+    for name in ctx.node.output:
+        tt = inferred[name].tensor_type if name in inferred else None
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim] if tt else [-1]
+        if tt is None or not tt.HasField("shape") or min(dims, default=0) < 0:
+            raise ctx.error(
+                f"cannot size {ctx.op_type}'s result before folding it (its shape depends on data)"
+            )
+        try:
+            ctx.budget.check(TensorType(tuple(dims), "float32"))
+        except ShapeError as e:
+            raise ctx.error(e.message) from None
+        if int(np.prod(dims, dtype=object)) > FOLD_ELEMENTS:
+            raise ctx.error(
+                f"{ctx.op_type} on constants would produce {dims}; at most {FOLD_ELEMENTS} elements fold"
+            )
 
 
 def _fold_with_onnx(ctx: NodeContext) -> Iterable[Expr]:
@@ -310,12 +376,15 @@ def _fold_with_onnx(ctx: NodeContext) -> Iterable[Expr]:
             if not isinstance(v, Const):
                 raise ctx.error(f"{ctx.op_type} is only supported on constant inputs")
             feeds[n] = v.data
+    _check_fold_size(ctx, feeds)
     try:
         results = ReferenceEvaluator(ctx.node, opsets={"": ctx.opset}).run(None, feeds)
     except Exception as e:  # the reference raises anything; report it against the node
         raise ctx.error(f"cannot evaluate {ctx.op_type} on its constant inputs: {e}") from None
     outs = []
     for out_name, data in zip(ctx.node.output, results, strict=True):
+        if not ctx.budget.fold(np.asarray(data).size):
+            raise ctx.error(f"{ctx.op_type} on constants produced more elements than temper folds")
         arr = np.asarray(data)
         if str(arr.dtype) not in DTYPES:
             raise ctx.error(f"{ctx.op_type} produced dtype {arr.dtype}, which temper cannot hold")

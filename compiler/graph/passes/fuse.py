@@ -10,7 +10,10 @@ Rules (with fuse=True; fuse=False makes every op its own group):
   shape (an epilogue computed at the anchor's output points: bias, BN shift, residual, activation);
 - an INJECTIVE op joins such a producer's group only if the group holds no anchor/reduction, so
   chains of injective and elementwise ops become one kernel;
-- a group never holds two anchors/reductions; secondary inputs (residual, bias) become extra params.
+- a group never holds two anchors/reductions; secondary inputs (residual, bias) become extra params;
+- a group holds at most MAX_GROUP_OPS ops: a kernel's loop nest inlines its whole chain into one
+  expression, and a chain of thousands would make every later stage (scheduling, codegen) slow and
+  deep; a longer chain continues in the next group.
 Every group has exactly one output, which is why a producer with other users ends its group.
 """
 
@@ -24,6 +27,7 @@ from compiler.ops import registry
 from compiler.ops.registry import Pattern
 
 _MAX_NAME_OPS = 6
+MAX_GROUP_OPS = 32
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -61,7 +65,7 @@ def _target_group(
             continue
         g = group_of[id(arg)]
         building = groups[g]
-        if building.members[-1] is not arg or g in choices:
+        if building.members[-1] is not arg or g in choices or len(building.members) >= MAX_GROUP_OPS:
             continue
         epilogue_ok = pattern != Pattern.INJECTIVE and call.type.shape == arg.type.shape
         if building.anchor is not None and not epilogue_ok:
