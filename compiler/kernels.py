@@ -18,6 +18,7 @@ from compiler.target import Target
 from compiler.tir import compute as te
 from compiler.tir.flatten import flatten
 from compiler.tir.ir import PrimFunc
+from compiler.tir.legality import check_legal
 from compiler.tir.lower import lower, stages_of
 from compiler.tir.rules import KernelInfo, generic_schedule
 from compiler.tir.trace import Decider, Schedule, Trace, replay
@@ -207,6 +208,7 @@ def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -
             provenance = {"source": "default", "rule": rule, "note": f"tuned record did not apply: {e}"}
     else:
         sch, rule = default_schedule(w)
+        check_legal(sch.func)  # a default rule is held to the same rules as any trace
         provenance = {"source": "default", "rule": rule}
     flat = flatten(sch.func)
     return Kernel(name, _sym(name), w, sch.func, flat, sch.trace, provenance)

@@ -41,6 +41,7 @@ from compiler.tir.ir import (
     walk_expr,
     walk_stmts,
 )
+from compiler.tir.legality import MAX_UNROLL_EXTENT
 from compiler.tir.simplify import affine_coeffs, bounds, simplify
 
 I1 = ir.IntType(1)
@@ -52,7 +53,6 @@ F64 = ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
-MAX_UNROLL = 64
 
 _MEM_TYPES: dict[str, ir.Type] = {
     "float32": F32,
@@ -666,7 +666,7 @@ class KernelEmitter:
             ctx.vec = (s.var, s.extent)
             self._stmt(ctx, s.body)
             ctx.vec = None
-        elif s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and s.extent <= MAX_UNROLL:
+        elif s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and s.extent <= MAX_UNROLL_EXTENT:
             for i in range(s.extent):
                 ctx.vars[s.var] = ir.Constant(I64, i)
                 self._stmt(ctx, _bind_const(s.body, s.var, i) if ctx.vec is not None else s.body)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from compiler.errors import ScheduleError
 from compiler.tir import schedule as prim
 from compiler.tir.ir import ForKind, Layout, PrimFunc
+from compiler.tir.legality import check_legal
 
 TRACE_VERSION = 1
 
@@ -62,23 +63,104 @@ class Trace:
 
     @staticmethod
     def from_json(data: dict[str, Any] | str) -> Trace:
+        """A trace from its JSON, checked against the trace schema (a record is data from anywhere:
+        every primitive, argument and decision must be what temper writes, or ScheduleError)."""
         if isinstance(data, str):
             try:
                 data = json.loads(data)
-            except json.JSONDecodeError as e:
-                raise ScheduleError(f"trace is not valid JSON: {e}") from e
-        if not isinstance(data, dict) or data.get("version") != TRACE_VERSION:
-            raise ScheduleError(f"unsupported trace format (expected version {TRACE_VERSION})")
-        insts = []
-        for raw in data.get("instructions", []):
-            if not isinstance(raw, dict) or "prim" not in raw:
-                raise ScheduleError(f"malformed trace instruction {raw!r}")
-            args = tuple(sorted((k, _frozen(v)) for k, v in raw.items() if k != "prim"))
-            insts.append(Instruction(raw["prim"], args))
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise ScheduleError(f"trace is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ScheduleError("a trace must be a JSON object")
+        version = data.get("version")
+        if version != TRACE_VERSION or isinstance(version, bool):
+            raise ScheduleError(f"unsupported trace format {version!r} (expected version {TRACE_VERSION})")
+        extra = sorted(set(data) - {"version", "instructions", "decisions"})
+        if extra:
+            raise ScheduleError(f"trace has unknown field {extra[0]!r}")
+        raw_insts = data.get("instructions", [])
+        if not isinstance(raw_insts, list) or len(raw_insts) > MAX_INSTRUCTIONS:
+            raise ScheduleError(f"trace instructions must be a list of at most {MAX_INSTRUCTIONS}")
+        insts = [_instruction(raw, k) for k, raw in enumerate(raw_insts)]
         decisions = data.get("decisions", {})
-        if not isinstance(decisions, dict):
-            raise ScheduleError("trace decisions must be an object")
+        if not isinstance(decisions, dict) or len(decisions) > MAX_DECISIONS:
+            raise ScheduleError(f"trace decisions must be an object of at most {MAX_DECISIONS} entries")
+        for name, value in decisions.items():
+            if not _is_name(name) or not _is_decision(value):
+                raise ScheduleError(f"trace decision {name!r} is not a name with a plain value")
         return Trace(tuple(insts), tuple(sorted((k, _frozen(v)) for k, v in decisions.items())))
+
+
+# ---- the trace schema: every primitive, its arguments and their kinds ---------------------------------
+
+MAX_INSTRUCTIONS = 512
+MAX_DECISIONS = 256
+_MAX_NAME = 256
+
+
+def _is_name(v: Any) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= _MAX_NAME and v.isprintable()
+
+
+def _is_int(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 31
+
+
+def _is_decision(v: Any) -> bool:
+    scalar = (bool, int, float, str, type(None))
+    if isinstance(v, list):
+        return len(v) <= 16 and all(isinstance(x, scalar) and not isinstance(x, list) for x in v)
+    return isinstance(v, scalar) and (not isinstance(v, str) or len(v) <= _MAX_NAME)
+
+
+_KINDS: dict[str, Any] = {
+    "name": _is_name,
+    "names": lambda v: isinstance(v, list) and 1 <= len(v) <= 32 and all(_is_name(x) for x in v),
+    "factors": lambda v: (
+        isinstance(v, list) and 2 <= len(v) <= 8 and all(x is None or _is_int(x, 1) for x in v)
+    ),
+    "scope": lambda v: v in ("local", "global"),
+    "splits": lambda v: (
+        isinstance(v, list)
+        and len(v) <= 8
+        and all(isinstance(p, list) and len(p) == 2 and _is_int(p[0]) and _is_int(p[1], 1) for p in v)
+    ),
+    "perm": lambda v: isinstance(v, list) and len(v) <= 32 and all(_is_int(x) for x in v),
+}
+# primitive -> {argument: kind}; what replay applies and from_json accepts
+PRIMITIVES: dict[str, dict[str, str]] = {
+    "split": {"loop": "name", "factors": "factors"},
+    "reorder": {"loops": "names"},
+    "fuse": {"loops": "names"},
+    "parallel": {"loop": "name"},
+    "vectorize": {"loop": "name"},
+    "unroll": {"loop": "name"},
+    "compute_inline": {"block": "name"},
+    "compute_at": {"block": "name", "loop": "name"},
+    "reverse_compute_at": {"block": "name", "loop": "name"},
+    "decompose_reduction": {"block": "name", "loop": "name"},
+    "cache_write": {"block": "name", "scope": "scope"},
+    "set_scope": {"buffer": "name", "scope": "scope"},
+    "cache_read": {"block": "name", "buffer": "name", "splits": "splits", "perm": "perm"},
+    "pack_layout": {"param": "name", "splits": "splits", "perm": "perm"},
+}
+
+
+def _instruction(raw: Any, index: int) -> Instruction:
+    if not isinstance(raw, dict) or "prim" not in raw:
+        raise ScheduleError(f"trace instruction {index} is not an object with a 'prim'")
+    prim_name = raw["prim"]
+    schema = PRIMITIVES.get(prim_name) if isinstance(prim_name, str) else None
+    if schema is None:
+        raise ScheduleError(f"trace instruction {index}: unknown schedule primitive {prim_name!r}")
+    args = {k: v for k, v in raw.items() if k != "prim"}
+    if set(args) != set(schema):
+        wrong = sorted(set(args) ^ set(schema))
+        raise ScheduleError(f"trace instruction {index} ({prim_name}): wrong arguments {wrong}")
+    for name, kind in schema.items():
+        if not _KINDS[kind](args[name]):
+            raise ScheduleError(f"trace instruction {index} ({prim_name}): bad {name!r} {args[name]!r}")
+    return Instruction(prim_name, tuple(sorted((k, _frozen(v)) for k, v in args.items())))
 
 
 class Decider(Protocol):
@@ -195,36 +277,42 @@ class Schedule:
         return prim.block_names(self.func)
 
 
+def _layout(a: dict[str, Any]) -> Layout:
+    return Layout(tuple(tuple(x) for x in a["splits"]), tuple(a["perm"]))
+
+
+_APPLY: dict[str, Any] = {
+    "split": lambda sch, a: sch.split(a["loop"], list(a["factors"])),
+    "reorder": lambda sch, a: sch.reorder(*a["loops"]),
+    "fuse": lambda sch, a: sch.fuse(*a["loops"]),
+    "parallel": lambda sch, a: sch.parallel(a["loop"]),
+    "vectorize": lambda sch, a: sch.vectorize(a["loop"]),
+    "unroll": lambda sch, a: sch.unroll(a["loop"]),
+    "compute_inline": lambda sch, a: sch.compute_inline(a["block"]),
+    "compute_at": lambda sch, a: sch.compute_at(a["block"], a["loop"]),
+    "reverse_compute_at": lambda sch, a: sch.reverse_compute_at(a["block"], a["loop"]),
+    "decompose_reduction": lambda sch, a: sch.decompose_reduction(a["block"], a["loop"]),
+    "cache_write": lambda sch, a: sch.cache_write(a["block"], a["scope"]),
+    "set_scope": lambda sch, a: sch.set_scope(a["buffer"], a["scope"]),
+    "cache_read": lambda sch, a: sch.cache_read(a["block"], a["buffer"], _layout(a)),
+    "pack_layout": lambda sch, a: sch.pack_layout(a["param"], _layout(a)),
+}
+assert set(_APPLY) == set(PRIMITIVES)
+
+
 def replay(func: PrimFunc, trace: Trace, const_params: frozenset[str] = frozenset()) -> Schedule:
-    """Apply a recorded trace to a fresh PrimFunc of the same workload."""
+    """Apply a recorded trace to a fresh PrimFunc of the same workload; the result must pass the
+    legality checks (compiler.tir.legality), so no trace can produce a kernel that computes
+    something else."""
     sch = Schedule(func, const_params)
     sch.decisions = dict(trace.decisions)
     for inst in trace.instructions:
-        a = dict(inst.args)
-        p = inst.prim
+        apply = _APPLY.get(inst.prim)
+        if apply is None:
+            raise ScheduleError(f"unknown schedule primitive {inst.prim!r}")
         try:
-            if p == "split":
-                sch.split(a["loop"], list(a["factors"]))
-            elif p in ("reorder", "fuse"):
-                getattr(sch, p)(*a["loops"])
-            elif p in ("parallel", "vectorize", "unroll"):
-                getattr(sch, p)(a["loop"])
-            elif p == "compute_inline":
-                sch.compute_inline(a["block"])
-            elif p in ("compute_at", "reverse_compute_at", "decompose_reduction"):
-                getattr(sch, p)(a["block"], a["loop"])
-            elif p == "cache_write":
-                sch.cache_write(a["block"], a.get("scope", "local"))
-            elif p == "set_scope":
-                sch.set_scope(a["buffer"], a["scope"])
-            elif p == "cache_read":
-                sch.cache_read(
-                    a["block"], a["buffer"], Layout(tuple(tuple(s) for s in a["splits"]), tuple(a["perm"]))
-                )
-            elif p == "pack_layout":
-                sch.pack_layout(a["param"], Layout(tuple(tuple(s) for s in a["splits"]), tuple(a["perm"])))
-            else:
-                raise ScheduleError(f"unknown schedule primitive {p!r}")
+            apply(sch, dict(inst.args))
         except KeyError as e:
-            raise ScheduleError(f"trace instruction {p!r} lacks argument {e}") from None
+            raise ScheduleError(f"trace instruction {inst.prim!r} lacks argument {e}") from None
+    check_legal(sch.func)
     return sch

@@ -45,8 +45,15 @@ def test_random_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-
     x = _randn(rng, batch, cin, h, w)
     wt = _randn(rng, cout, cin // groups, k, k)
     bias = _randn(rng, cout)
-    model, feeds = single_op("Conv", {"x": x}, {"w": wt, "b": bias}, strides=[stride, stride],
-                             pads=[pad] * 4, dilations=[dil, dil], group=groups)
+    model, feeds = single_op(
+        "Conv",
+        {"x": x},
+        {"w": wt, "b": bias},
+        strides=[stride, stride],
+        pads=[pad] * 4,
+        dilations=[dil, dil],
+        group=groups,
+    )
     _check(model, feeds, tmp_path, opt_level=3 if seed % 3 else 0)
 
 
@@ -62,8 +69,15 @@ def test_random_strided_depthwise_conv2d(seed: int, tmp_path) -> None:  # type: 
     x = _randn(rng, 1, channels, h, w)
     wt = _randn(rng, channels, 1, k, k)
     bias = _randn(rng, channels)
-    model, feeds = single_op("Conv", {"x": x}, {"w": wt, "b": bias}, strides=[stride, stride],
-                             pads=pads, dilations=[dil, dil], group=channels)
+    model, feeds = single_op(
+        "Conv",
+        {"x": x},
+        {"w": wt, "b": bias},
+        strides=[stride, stride],
+        pads=pads,
+        dilations=[dil, dil],
+        group=channels,
+    )
     _check(model, feeds, tmp_path, opt_level=3)
 
 
@@ -91,8 +105,15 @@ def test_random_pooling(seed: int, tmp_path) -> None:  # type: ignore[no-untyped
     x = _randn(rng, 1, int(rng.integers(1, 6)), int(rng.integers(k, 16)), int(rng.integers(k, 16)))
     op = "MaxPool" if seed % 2 else "AveragePool"
     extra = {"count_include_pad": int(seed % 4 == 0)} if op == "AveragePool" else {}
-    model, feeds = single_op(op, {"x": x}, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
-                             ceil_mode=int(seed % 3 == 0), **extra)
+    model, feeds = single_op(
+        op,
+        {"x": x},
+        kernel_shape=[k, k],
+        strides=[stride, stride],
+        pads=[pad] * 4,
+        ceil_mode=int(seed % 3 == 0),
+        **extra,
+    )
     _check(model, feeds, tmp_path, opt_level=3)
 
 
@@ -120,12 +141,22 @@ def test_random_broadcasting_chain(seed: int, tmp_path) -> None:  # type: ignore
 
     rng = np.random.default_rng(400 + seed)
     shape = [int(rng.integers(1, 7)) for _ in range(int(rng.integers(1, 5)))]
-    other = [d if rng.random() < 0.5 else 1 for d in shape][int(rng.integers(0, len(shape))):]
+    other = [d if rng.random() < 0.5 else 1 for d in shape][int(rng.integers(0, len(shape))) :]
     a, b, c = _randn(rng, *shape), _randn(rng, *other), _randn(rng, *other[-1:] or [1])
-    nodes = [helper.make_node("Add", ["a", "b"], ["t"]), helper.make_node("Mul", ["t", "c"], ["u"]),
-             helper.make_node("Relu", ["u"], ["y"])]
-    model = make_model(nodes, {"a": (TensorProto.FLOAT, shape), "b": (TensorProto.FLOAT, other),
-                               "c": (TensorProto.FLOAT, list(c.shape))}, ["y"])
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["t"]),
+        helper.make_node("Mul", ["t", "c"], ["u"]),
+        helper.make_node("Relu", ["u"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        {
+            "a": (TensorProto.FLOAT, shape),
+            "b": (TensorProto.FLOAT, other),
+            "c": (TensorProto.FLOAT, list(c.shape)),
+        },
+        ["y"],
+    )
     _check(model, {"a": a, "b": b, "c": c}, tmp_path, opt_level=3)
 
 

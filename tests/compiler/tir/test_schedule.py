@@ -8,7 +8,7 @@ import pytest
 from compiler.errors import ScheduleError
 from compiler.tir.ir import Layout
 from compiler.tir.printer import func_str
-from compiler.tir.trace import Schedule, Trace, replay
+from compiler.tir.trace import Instruction, Schedule, Trace, replay
 from tests.compiler.tir.kernels import matmul_relu, run_func
 
 RNG = np.random.default_rng(0)
@@ -98,9 +98,10 @@ def test_malformed_trace_is_rejected() -> None:
         Trace.from_json("{not json")
     with pytest.raises(ScheduleError, match="version"):
         Trace.from_json({"version": 99, "instructions": []})
-    bad = Trace.from_json({"version": 1, "instructions": [{"prim": "explode"}]})
     with pytest.raises(ScheduleError, match="unknown schedule primitive"):
-        replay(matmul_relu(8, 8, 8), bad)
+        Trace.from_json({"version": 1, "instructions": [{"prim": "explode"}]})
+    with pytest.raises(ScheduleError, match="unknown schedule primitive"):  # a Trace built in Python
+        replay(matmul_relu(8, 8, 8), Trace((Instruction("explode", ()),)))
 
 
 def test_printer_shows_blocks_and_loop_kinds() -> None:
