@@ -31,6 +31,8 @@ from typing import Any, TextIO
 
 from sqlalchemy import insert, select
 
+from compiler.errors import ScheduleError
+from compiler.tir.trace import Trace
 from storage.errors import RecordFileError, StorageError
 from storage.models import TuningRecordRow, WorkloadRow
 from storage.records import (
@@ -43,6 +45,7 @@ from storage.records import (
     workloads_query,
 )
 from tuner.records import ErrorKind, TuningRecord, WorkloadEntry, trace_hash
+from tuner.workloads import check_description
 
 FORMAT = "temper-records"
 VERSION = 1
@@ -255,7 +258,7 @@ def _check_header(text: str, source: str, number: int) -> None:
     expected = _dumps(HEADER).strip()
     try:
         header = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise RecordFileError(
@@ -273,6 +276,8 @@ def _load_object(text: str, source: str, number: int) -> dict[str, Any]:
         obj = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise RecordFileError(source, number, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise RecordFileError(source, number, "JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise RecordFileError(source, number, f"expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -295,12 +300,15 @@ def _workload(obj: dict[str, Any], source: str, number: int) -> WorkloadEntry:
     _fields(obj, _WORKLOAD_FIELDS, source, number)
     key, description, flops = obj["key"], obj["description"], obj["flops"]
     bad = _bad(source, number)
-    if not isinstance(key, str) or not key:
-        raise bad("'key' must be a non-empty string")
+    if not _is_text(key) or not key or len(key) > 255:
+        raise bad("'key' must be a non-empty string of at most 255 characters")
     if not isinstance(description, dict):
         raise bad("'description' must be a JSON object")
-    if not _is_int(flops) or flops < 0:
+    if not _is_int(flops) or not 0 <= flops < 1 << 62:
         raise bad("'flops' must be a non-negative integer")
+    problem = check_description(key, description)
+    if problem:
+        raise bad(f"workload {key!r}: {problem}")
     return WorkloadEntry(key=key, description=description, flops=flops)
 
 
@@ -308,10 +316,14 @@ def _record(obj: dict[str, Any], source: str, number: int) -> TuningRecord:
     _fields(obj, _RECORD_FIELDS, source, number)
     bad = _bad(source, number)
     for name in ("workload_key", "target_key"):
-        if not isinstance(obj[name], str) or not obj[name]:
-            raise bad(f"{name!r} must be a non-empty string")
+        if not _is_text(obj[name]) or not obj[name] or len(obj[name]) > 255:
+            raise bad(f"{name!r} must be a non-empty string of at most 255 characters")
     if not isinstance(obj["trace"], dict):
         raise bad("'trace' must be a JSON object")
+    try:
+        Trace.from_json(obj["trace"])
+    except ScheduleError as exc:
+        raise bad(f"'trace' is not a schedule trace: {exc.message}") from None
     run_secs = obj["run_secs"]
     if not isinstance(run_secs, list) or not all(_is_seconds(s) for s in run_secs):
         raise bad("'run_secs' must be a list of non-negative finite numbers")
@@ -319,8 +331,8 @@ def _record(obj: dict[str, Any], source: str, number: int) -> TuningRecord:
     if error_kind is not None and error_kind not in {kind.value for kind in ErrorKind}:
         raise bad(f"'error_kind' must be null or one of {_ERROR_KINDS}, not {error_kind!r}")
     for name in ("error_message", "temper_version"):
-        if not isinstance(obj[name], str):
-            raise bad(f"{name!r} must be a string")
+        if not _is_text(obj[name]):
+            raise bad(f"{name!r} must be a string of UTF-8 text")
     created = _time(obj["created"])
     if created is None:
         raise bad("'created' must be an ISO 8601 time with a timezone")
@@ -333,11 +345,24 @@ def _record(obj: dict[str, Any], source: str, number: int) -> TuningRecord:
         error_message=obj["error_message"],
         temper_version=obj["temper_version"],
         created=created,
+        verification="pending",  # data from elsewhere: used once a worker verified it here
     )
 
 
 def _bad(source: str, number: int) -> Any:
     return lambda reason: RecordFileError(source, number, reason)
+
+
+def _is_text(value: Any) -> bool:
+    """A string that UTF-8 can hold (JSON admits lone surrogates, which no database stores) and
+    without NUL (which PostgreSQL refuses in text)."""
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_int(value: Any) -> bool:

@@ -36,6 +36,11 @@ class WorkloadRow(Base):
     )
 
 
+VERIFICATION_STATES = ("measured", "pending", "verified", "rejected")
+VERIFICATION_CHECK = "verification IN ('measured', 'pending', 'verified', 'rejected')"
+TRUSTED = ("measured", "verified")  # the records compiles and the tuner may rely on
+
+
 class TuningRecordRow(Base):
     """One measured candidate: a trace of one workload on one target, with its timings or its error."""
 
@@ -43,6 +48,7 @@ class TuningRecordRow(Base):
     __table_args__ = (
         # The best-record query: equality on (workload, target), then ascending median.
         Index("ix_tuning_records_best", "workload_id", "target_key", "median_secs"),
+        CheckConstraint(VERIFICATION_CHECK, name="verification"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -60,6 +66,13 @@ class TuningRecordRow(Base):
     error_message: Mapped[str] = mapped_column(Text, default="")
     temper_version: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=_now)
+    # measured (here: trusted) | pending (imported, not yet verified here) | verified | rejected;
+    # compiles use only measured and verified records (see tuner.verify)
+    verification: Mapped[str] = mapped_column(
+        String(16), default="measured", server_default="measured", index=True
+    )
+    verified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    verify_message: Mapped[str] = mapped_column(Text, default="", server_default="")
 
     workload: Mapped[WorkloadRow] = relationship(back_populates="records", lazy="raise")
 

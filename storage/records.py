@@ -12,17 +12,18 @@ import math
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from alembic.util import CommandError
-from sqlalchemy import URL, Engine, Select, select, update
+from sqlalchemy import URL, Engine, Select, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from storage.errors import DatabaseUnavailableError, StorageError, UnknownWorkloadError
 from storage.migrations import upgrade as upgrade_schema
-from storage.models import TuningRecordRow, WorkloadRow
+from storage.models import TRUSTED, TuningRecordRow, WorkloadRow
 from storage.session import display_url, make_engine, make_sessionmaker
 from tuner.records import ErrorKind, TuningRecord, WorkloadEntry, trace_hash
 
@@ -116,7 +117,7 @@ class SqlDatabase:
         model, when some were timed there (model_secs), else the one with the smallest median."""
         stmt = (
             _pair(workload_key, target_key)
-            .where(TuningRecordRow.median_secs.is_not(None), TuningRecordRow.error_kind.is_(None))
+            .where(TuningRecordRow.median_secs.is_not(None), TuningRecordRow.error_kind.is_(None), _trusted())
             .order_by(
                 TuningRecordRow.model_secs.is_(None),
                 TuningRecordRow.model_secs,
@@ -152,27 +153,80 @@ class SqlDatabase:
                     )
 
     def records(self, workload_key: str, target_key: str) -> Sequence[TuningRecord]:
-        """Every record of the pair, failures included, oldest first."""
-        stmt = _pair(workload_key, target_key).order_by(*_RECORD_ORDER)
+        """Every trusted record of the pair (measured or verified here), failures included, oldest first."""
+        stmt = _pair(workload_key, target_key).where(_trusted()).order_by(*_RECORD_ORDER)
         with self.read_session() as session:
             return [record_from_row(row, key) for row, key in session.execute(stmt)]
 
     def measured_hashes(self, workload_key: str, target_key: str) -> set[str]:
-        """trace_hash of every record of the pair, failures included (never measure a trace twice)."""
+        """trace_hash of every trusted record of the pair, failures included (never measure a trace
+        twice; an imported record's claims do not keep the tuner from measuring its trace)."""
         stmt = (
             select(TuningRecordRow.trace_hash)
             .join(TuningRecordRow.workload)
-            .where(WorkloadRow.key == workload_key, TuningRecordRow.target_key == target_key)
+            .where(WorkloadRow.key == workload_key, TuningRecordRow.target_key == target_key, _trusted())
             .distinct()
         )
         with self.read_session() as session:
             return set(session.scalars(stmt))
 
-    def iter_records(self, target_key: str | None = None) -> Iterator[TuningRecord]:
-        """All records (of one target, or of every target), oldest first, fetched in batches."""
+    def iter_records(self, target_key: str | None = None, *, trusted: bool = False) -> Iterator[TuningRecord]:
+        """All records (of one target, or of every target; only trusted ones with `trusted`), oldest
+        first, fetched in batches."""
+        stmt = records_query(target_key)
+        if trusted:
+            stmt = stmt.where(_trusted())
         with self.read_session() as session:
-            for row, key in session.execute(records_query(target_key)):
+            for row, key in session.execute(stmt):
                 yield record_from_row(row, key)
+
+    # --- verification of imported records (tuner.verify) ---------------------------------------
+
+    def pending(self, target_key: str, limit: int) -> list[TuningRecord]:
+        """Imported records of `target_key` waiting for verification, oldest first."""
+        stmt = (
+            records_query(target_key)
+            .where(TuningRecordRow.verification == "pending")
+            .limit(limit)
+            .execution_options(yield_per=None)
+        )
+        with self.read_session() as session:
+            return [record_from_row(row, key) for row, key in session.execute(stmt)]
+
+    def count_pending(self, target_key: str | None = None) -> int:
+        stmt = (
+            select(func.count()).select_from(TuningRecordRow).where(TuningRecordRow.verification == "pending")
+        )
+        if target_key is not None:
+            stmt = stmt.where(TuningRecordRow.target_key == target_key)
+        with self.read_session() as session:
+            return int(session.scalar(stmt) or 0)
+
+    def set_verified(self, record_id: int, run_secs: Sequence[float]) -> None:
+        """A pending record passed verification: trusted from now on, with this machine's timings."""
+        values = record_values(
+            TuningRecord(workload_key="", target_key="", trace={}, run_secs=tuple(run_secs)), 0
+        )
+        self._verify(
+            record_id,
+            verification="verified",
+            verify_message="",
+            run_secs=values["run_secs"],
+            mean_secs=values["mean_secs"],
+            median_secs=values["median_secs"],
+        )
+
+    def set_rejected(self, record_id: int, message: str) -> None:
+        """A pending record failed verification: never used, and says why."""
+        self._verify(record_id, verification="rejected", verify_message=message[:2000])
+
+    def _verify(self, record_id: int, **values: Any) -> None:
+        with self.write_session() as session:
+            session.execute(
+                update(TuningRecordRow)
+                .where(TuningRecordRow.id == record_id, TuningRecordRow.verification == "pending")
+                .values(verified_at=datetime.now(UTC), **values)
+            )
 
     def get_record(self, record_id: int) -> TuningRecord | None:
         stmt = select(TuningRecordRow, WorkloadRow.key).join(TuningRecordRow.workload)
@@ -253,6 +307,7 @@ def record_values(record: TuningRecord, workload_id: int) -> dict[str, Any]:
         "error_message": record.error_message,
         "temper_version": record.temper_version,
         "created_at": record.created,
+        "verification": record.verification,
     }
 
 
@@ -268,6 +323,7 @@ def record_from_row(row: TuningRecordRow, workload_key: str) -> TuningRecord:
         created=row.created_at,
         id=row.id,
         model_secs=row.model_secs,
+        verification=row.verification,
     )
 
 
@@ -280,6 +336,10 @@ def describe_error(exc: BaseException) -> str:
     cause = getattr(exc, "orig", None) or exc
     text = str(cause).strip().splitlines()
     return text[0] if text else type(cause).__name__
+
+
+def _trusted() -> Any:
+    return TuningRecordRow.verification.in_(TRUSTED)
 
 
 def _pair(workload_key: str, target_key: str) -> Select[TuningRecordRow, str]:

@@ -38,7 +38,12 @@ class DatabaseSource:
 
     def lookup(self, workload_key: str, target_key: str) -> ScheduleChoice | None:
         rec = self.db.best(workload_key, target_key)
-        return None if rec is None else _choice(rec, "record")
+        if rec is None:
+            return None
+        try:
+            return _choice(rec, "record")
+        except ScheduleError:  # stored before traces were checked on the way in: not a schedule
+            return None
 
 
 def parse_override(spec: str, db: Database | None) -> tuple[str, ScheduleChoice]:
@@ -56,13 +61,18 @@ def parse_override(spec: str, db: Database | None) -> tuple[str, ScheduleChoice]
         rec = db.get_record(rid)
         if rec is None:
             raise CompilerError(f"override {spec!r}: no tuning record {rid}")
+        if not rec.trusted:
+            raise CompilerError(
+                f"override {spec!r}: record {rid} is {rec.verification} (an imported record is used once "
+                "it has been verified on this machine: temper records verify)"
+            )
         return node, _choice(rec, "override")
     path = Path(value)
     try:
         data = json.loads(path.read_text())
     except OSError as e:
         raise CompilerError(f"override {spec!r}: cannot read {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:
         raise CompilerError(f"override {spec!r}: {path} is not JSON: {e}") from None
     try:
         trace = Trace.from_json(data)

@@ -57,6 +57,9 @@ class TuningRecord:
     id: int | None = None  # assigned by the database
     # seconds per call inside the compiled model (tuner.confirm), when it was timed there
     model_secs: float | None = None
+    # "measured" (on this deployment) | "pending" (imported, not yet verified here) | "verified" |
+    # "rejected": only measured and verified records steer compiles and the tuner (tuner.verify)
+    verification: str = "measured"
 
     @property
     def ok(self) -> bool:
@@ -71,6 +74,10 @@ class TuningRecord:
     def trace_hash(self) -> str:
         return trace_hash(self.trace)
 
+    @property
+    def trusted(self) -> bool:
+        return self.verification in ("measured", "verified")
+
 
 class Database(Protocol):
     """Where records live. Implemented over SQLAlchemy in storage/ (SQLite or PostgreSQL)."""
@@ -82,21 +89,34 @@ class Database(Protocol):
         """Store one record durably (committed on return); returns its id."""
 
     def best(self, workload_key: str, target_key: str) -> TuningRecord | None:
-        """The fastest successful record for exactly this workload and target: fastest in the model
-        among the records timed there (model_secs), else fastest alone."""
+        """The fastest successful trusted record for exactly this workload and target: fastest in the
+        model among the records timed there (model_secs), else fastest alone."""
 
     def set_model_secs(self, workload_key: str, target_key: str, secs: Mapping[int, float]) -> None:
         """Store in-model seconds per call for these records (by id) of the pair, and forget those of
         its other records: the pair's in-model times all come from one confirmation."""
 
     def records(self, workload_key: str, target_key: str) -> Sequence[TuningRecord]:
-        """Every record (failures included) of this workload on this target, oldest first."""
+        """Every trusted record (failures included) of this workload on this target, oldest first."""
 
     def measured_hashes(self, workload_key: str, target_key: str) -> set[str]:
-        """trace_hash of every record already stored for this workload and target."""
+        """trace_hash of every trusted record stored for this workload and target."""
 
-    def iter_records(self, target_key: str | None = None) -> Iterator[TuningRecord]:
-        """All records (of one target, or all), oldest first: cost-model warm start and export."""
+    def iter_records(self, target_key: str | None = None, *, trusted: bool = False) -> Iterator[TuningRecord]:
+        """All records (of one target, or all; only trusted ones with `trusted`), oldest first:
+        cost-model warm start and export."""
+
+    def pending(self, target_key: str, limit: int) -> list[TuningRecord]:
+        """Imported records of this target that wait for verification (tuner.verify)."""
+
+    def set_verified(self, record_id: int, run_secs: Sequence[float]) -> None:
+        """A pending record passed verification: trusted, with this machine's timings."""
+
+    def set_rejected(self, record_id: int, message: str) -> None:
+        """A pending record failed verification: never used."""
 
     def get_record(self, record_id: int) -> TuningRecord | None:
         """One record by id (per-node overrides may name a record)."""
+
+    def workload(self, key: str) -> WorkloadEntry | None:
+        """The stored description of a workload (None when unknown)."""

@@ -92,7 +92,7 @@ def warm_start(model: CostModel, db: Database, tasks: list[Task], target: Target
     workloads: dict[str, Any] = {t.key: t.workload for t in tasks}
     flops: dict[str, int] = {t.key: t.flops for t in tasks}
     feats, ys, groups = [], [], []
-    records = list(db.iter_records(target.key))[-limit:]
+    records = list(db.iter_records(target.key, trusted=True))[-limit:]
     for rec in records:
         key = rec.workload_key
         if key not in workloads:

@@ -42,7 +42,7 @@ def test_two_writers_at_once_lose_nothing(db_url: str, tmp_path: Path) -> None:
         for tag in ("a", "b"):
             mine = list(db.iter_records(f"target-{tag}"))
             assert len(mine) == count
-            assert sorted(r.trace["decisions"][0] for r in mine) == list(range(count))
+            assert sorted(r.trace["decisions"]["n"] for r in mine) == list(range(count))
             assert len(db.records("shared", f"target-{tag}")) == count // 2
         assert len({r.id for r in db.iter_records()}) == 2 * count
 

@@ -12,7 +12,7 @@ import pytest
 
 from storage import RecordFileError, SqlDatabase, export_records, import_records
 from storage.jsonl import HEADER, parse_lines
-from tests.storage.helpers import record, without_id, workload
+from tests.storage.helpers import key, record, without_id, workload
 from tuner.records import ErrorKind
 
 
@@ -46,10 +46,19 @@ def test_export_then_import_into_a_fresh_database(db: SqlDatabase, sqlite_url: s
     with SqlDatabase(fresh_url) as fresh:
         result = import_records(fresh, path)
         assert (result.workloads_added, result.records_added, result.records_skipped) == (3, 4, 0)
-        assert without_id(list(fresh.iter_records())) == without_id(list(db.iter_records()))
+        imported = list(fresh.iter_records())
+        assert {r.verification for r in imported} == {"pending"}  # data from elsewhere, not yet verified
+        assert without_id(imported, "-") == without_id(list(db.iter_records()), "-")
         assert fresh.workloads() == db.workloads()
-        best = fresh.best("wl-conv", "znver3-abc")
+        assert fresh.best(key("wl-conv"), "znver3-abc") is None  # unverified records steer nothing
+        assert fresh.records(key("wl-conv"), "znver3-abc") == []
+        pending = fresh.pending("znver3-abc", 10)
+        first = next(r for r in pending if r.trace == record(n=1).trace)
+        assert first.id is not None
+        fresh.set_verified(first.id, (5e-3, 4e-3, 6e-3))
+        best = fresh.best(key("wl-conv"), "znver3-abc")
         assert best is not None and best.trace == record(n=1).trace
+        assert best.verification == "verified" and best.seconds == 5e-3  # this machine's timing
 
 
 def test_import_into_the_parametrized_backend(db: SqlDatabase, sqlite_url: str, tmp_path: Path) -> None:
@@ -59,7 +68,7 @@ def test_import_into_the_parametrized_backend(db: SqlDatabase, sqlite_url: str, 
         export_records(source, path)
         result = import_records(db, path)
         assert result.records_added == 4
-        assert without_id(list(db.iter_records())) == without_id(list(source.iter_records()))
+        assert without_id(list(db.iter_records()), "-") == without_id(list(source.iter_records()), "-")
 
 
 def test_importing_twice_skips_what_is_there(db: SqlDatabase, tmp_path: Path) -> None:
@@ -89,7 +98,7 @@ def test_export_of_one_target(db: SqlDatabase, tmp_path: Path) -> None:
     summary = export_records(db, path, target_key="skylake-def")
     assert (summary.workloads, summary.records) == (1, 1)
     lines = _lines(path)
-    assert [line.get("key") for line in lines if line.get("kind") == "workload"] == ["wl-matmul"]
+    assert [line.get("key") for line in lines if line.get("kind") == "workload"] == [key("wl-matmul")]
     assert {line["target_key"] for line in lines if line.get("kind") == "record"} == {"skylake-def"}
 
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from storage import DatabaseUnavailableError, SqlDatabase, StorageError, UnknownWorkloadError, make_engine
-from tests.storage.helpers import record, without_id, workload
+from tests.storage.helpers import key, record, without_id, workload
 from tuner.records import Database, ErrorKind, trace_hash
 
 
@@ -31,7 +31,7 @@ def test_records_round_trip(db: SqlDatabase) -> None:
     ids = [db.commit_record(r) for r in written]
     assert len(set(ids)) == 3
 
-    read = db.records("wl-conv", "znver3-abc")
+    read = db.records(key("wl-conv"), "znver3-abc")
     assert without_id(read) == written
     assert [r.id for r in read] == ids
     for got, want in zip(read, written, strict=True):
@@ -62,12 +62,12 @@ def test_best_is_the_fastest_success_of_exactly_that_target(db: SqlDatabase) -> 
     db.commit_record(record(n=5, run_secs=(), error_kind=ErrorKind.BUILD, error_message="llvm"))
     db.commit_record(record(n=6, run_secs=(1e-6, 1e-6), error_kind=ErrorKind.WRONG, error_message="diff"))
 
-    best = db.best("wl-conv", "znver3-abc")
+    best = db.best(key("wl-conv"), "znver3-abc")
     assert best is not None and best.id == fastest
     assert best.seconds == pytest.approx(3e-3)
-    other = db.best("wl-conv", "skylake-def")
+    other = db.best(key("wl-conv"), "skylake-def")
     assert other is not None and other.target_key == "skylake-def"
-    assert db.best("wl-conv", "unknown-target") is None
+    assert db.best(key("wl-conv"), "unknown-target") is None
     assert db.best("unknown-workload", "znver3-abc") is None
 
 
@@ -79,20 +79,20 @@ def test_best_prefers_the_fastest_in_the_model_once_records_were_timed_there(db:
     never_timed = db.commit_record(record(n=3, run_secs=(1.5e-3,)))
     other_target = db.commit_record(record(n=4, target_key="skylake-def", run_secs=(1e-3,)))
     matmul = db.commit_record(record("wl-matmul", n=5, run_secs=(1e-3,)))
-    assert db.best("wl-conv", "znver3-abc").id == alone_fast  # type: ignore[union-attr]
+    assert db.best(key("wl-conv"), "znver3-abc").id == alone_fast  # type: ignore[union-attr]
 
-    db.set_model_secs("wl-conv", "znver3-abc", {alone_fast: 4e-3, alone_slow: 3e-3})
-    best = db.best("wl-conv", "znver3-abc")
+    db.set_model_secs(key("wl-conv"), "znver3-abc", {alone_fast: 4e-3, alone_slow: 3e-3})
+    best = db.best(key("wl-conv"), "znver3-abc")
     assert best is not None and best.id == alone_slow and best.model_secs == pytest.approx(3e-3)
     assert db.get_record(never_timed).model_secs is None  # type: ignore[union-attr]
     # other pairs are untouched
-    assert db.best("wl-conv", "skylake-def").id == other_target  # type: ignore[union-attr]
-    assert db.best("wl-matmul", "znver3-abc").id == matmul  # type: ignore[union-attr]
+    assert db.best(key("wl-conv"), "skylake-def").id == other_target  # type: ignore[union-attr]
+    assert db.best(key("wl-matmul"), "znver3-abc").id == matmul  # type: ignore[union-attr]
 
     # a later confirmation replaces the pair's in-model times as a whole
-    db.set_model_secs("wl-conv", "znver3-abc", {never_timed: 5e-3, alone_fast: 6e-3})
+    db.set_model_secs(key("wl-conv"), "znver3-abc", {never_timed: 5e-3, alone_fast: 6e-3})
     assert db.get_record(alone_slow).model_secs is None  # type: ignore[union-attr]
-    assert db.best("wl-conv", "znver3-abc").id == never_timed  # type: ignore[union-attr]
+    assert db.best(key("wl-conv"), "znver3-abc").id == never_timed  # type: ignore[union-attr]
 
 
 def test_model_secs_only_for_successful_records_of_the_pair(db: SqlDatabase) -> None:
@@ -100,30 +100,30 @@ def test_model_secs_only_for_successful_records_of_the_pair(db: SqlDatabase) -> 
     ok = db.commit_record(record(n=1, run_secs=(1e-3,)))
     failed = db.commit_record(record(n=2, run_secs=(), error_kind=ErrorKind.CRASH, error_message="segv"))
     elsewhere = db.commit_record(record(n=3, target_key="skylake-def"))
-    db.set_model_secs("wl-conv", "znver3-abc", {ok: 2e-3})
+    db.set_model_secs(key("wl-conv"), "znver3-abc", {ok: 2e-3})
     for bad_id in (failed, elsewhere, ok + 1000):
         with pytest.raises(StorageError, match=f"no successful record {bad_id}"):
-            db.set_model_secs("wl-conv", "znver3-abc", {bad_id: 1e-3})
+            db.set_model_secs(key("wl-conv"), "znver3-abc", {bad_id: 1e-3})
     assert db.get_record(ok).model_secs == pytest.approx(2e-3)  # type: ignore[union-attr]  # rolled back
     with pytest.raises(UnknownWorkloadError):
         db.set_model_secs("wl-unknown", "znver3-abc", {ok: 1e-3})
     with pytest.raises(ValueError, match="finite"):
-        db.set_model_secs("wl-conv", "znver3-abc", {ok: float("nan")})
+        db.set_model_secs(key("wl-conv"), "znver3-abc", {ok: float("nan")})
 
 
 def test_best_is_none_when_every_record_failed(db: SqlDatabase) -> None:
     db.commit_workload(workload())
     db.commit_record(record(n=1, run_secs=(), error_kind=ErrorKind.TIMEOUT, error_message="10 s"))
     db.commit_record(record(n=2, run_secs=(), error_kind=ErrorKind.INVALID))
-    assert db.best("wl-conv", "znver3-abc") is None
-    assert len(db.records("wl-conv", "znver3-abc")) == 2
+    assert db.best(key("wl-conv"), "znver3-abc") is None
+    assert len(db.records(key("wl-conv"), "znver3-abc")) == 2
 
 
 def test_records_are_oldest_first_whatever_the_insertion_order(db: SqlDatabase) -> None:
     db.commit_workload(workload())
     for minutes in (5, 1, 3):
         db.commit_record(record(n=minutes, minutes=minutes))
-    assert [r.trace["decisions"][0] for r in db.records("wl-conv", "znver3-abc")] == [1, 3, 5]
+    assert [r.trace["decisions"]["n"] for r in db.records(key("wl-conv"), "znver3-abc")] == [1, 3, 5]
 
 
 def test_measured_hashes_cover_failures_of_the_pair_only(db: SqlDatabase) -> None:
@@ -133,8 +133,8 @@ def test_measured_hashes_cover_failures_of_the_pair_only(db: SqlDatabase) -> Non
     db.commit_record(record(n=1, minutes=1))  # the same trace measured again: one hash
     db.commit_record(record(n=3, target_key="skylake-def"))
     want = {trace_hash(record(n=1).trace), trace_hash(record(n=2).trace)}
-    assert db.measured_hashes("wl-conv", "znver3-abc") == want
-    assert db.measured_hashes("wl-conv", "nowhere") == set()
+    assert db.measured_hashes(key("wl-conv"), "znver3-abc") == want
+    assert db.measured_hashes(key("wl-conv"), "nowhere") == set()
 
 
 def test_iter_records_all_or_one_target(db: SqlDatabase) -> None:
@@ -143,8 +143,8 @@ def test_iter_records_all_or_one_target(db: SqlDatabase) -> None:
     db.commit_record(record(n=1, minutes=2))
     db.commit_record(record("wl-matmul", "skylake-def", n=2, minutes=1))
     db.commit_record(record(n=3, target_key="skylake-def", minutes=3))
-    assert [r.trace["decisions"][0] for r in db.iter_records()] == [2, 1, 3]
-    assert [r.trace["decisions"][0] for r in db.iter_records("skylake-def")] == [2, 3]
+    assert [r.trace["decisions"]["n"] for r in db.iter_records()] == [2, 1, 3]
+    assert [r.trace["decisions"]["n"] for r in db.iter_records("skylake-def")] == [2, 3]
     assert list(db.iter_records("nowhere")) == []
 
 
@@ -152,10 +152,10 @@ def test_commit_workload_is_idempotent_and_keeps_the_first(db: SqlDatabase) -> N
     db.commit_workload(workload(flops=10))
     db.commit_workload(workload(flops=99))
     db.commit_workload(workload("wl-other"))
-    kept = db.workload("wl-conv")
+    kept = db.workload(key("wl-conv"))
     assert kept is not None and kept.flops == 10
     assert kept.description == workload().description
-    assert [w.key for w in db.workloads()] == ["wl-conv", "wl-other"]
+    assert [w.key for w in db.workloads()] == [key("wl-conv"), "wl-other"]
     assert db.workload("absent") is None
 
 
@@ -163,13 +163,13 @@ def test_workloads_of_one_target(db: SqlDatabase) -> None:
     db.commit_workload(workload())
     db.commit_workload(workload("wl-matmul"))
     db.commit_record(record("wl-matmul", "skylake-def"))
-    assert [w.key for w in db.workloads("skylake-def")] == ["wl-matmul"]
+    assert [w.key for w in db.workloads("skylake-def")] == [key("wl-matmul")]
     assert db.workloads("nowhere") == []
 
 
 def test_flops_beyond_32_bits(db: SqlDatabase) -> None:
     db.commit_workload(workload(flops=3 * 2**40))
-    kept = db.workload("wl-conv")
+    kept = db.workload(key("wl-conv"))
     assert kept is not None and kept.flops == 3 * 2**40
 
 
