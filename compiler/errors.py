@@ -13,6 +13,18 @@ class CompilerError(Exception):
         super().__init__(f"{message} ({where})" if where else message)
         self.message = message
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # as it is, whatever the subclass's constructor takes: errors cross process boundaries
+        # (service.sandbox sends a child's typed error back to the request that asked)
+        return _rebuild, (type(self), str(self), dict(self.__dict__))
+
+
+def _rebuild(cls: type[CompilerError], text: str, state: dict[str, object]) -> CompilerError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, text)
+    error.__dict__.update(state)
+    return error
+
 
 class ModelError(CompilerError):
     """The model file itself is malformed (not ONNX, fails the checker, truncated)."""

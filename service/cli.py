@@ -440,7 +440,7 @@ def inspect_command(
 
 # --- records and database (storage/ is imported only by these commands) -------------------------
 
-records_app = typer.Typer(help="Export and import tuning records as JSON lines.", no_args_is_help=True)
+records_app = typer.Typer(help="Export, import and verify tuning records (JSON lines).", no_args_is_help=True)
 db_app = typer.Typer(help="Manage the database that keeps tuning records.", no_args_is_help=True)
 app.add_typer(records_app, name="records")
 app.add_typer(db_app, name="db")
@@ -489,6 +489,50 @@ def records_import_command(
     out.print(
         f"imported {summary.records_added} record(s) and {summary.workloads_added} new workload(s) "
         f"from {file} into {display_url(url)}; {summary.records_skipped} record(s) were already there",
+        markup=False,
+        soft_wrap=True,
+    )
+    if summary.records_added:
+        out.print(
+            "imported records are used once verified on this machine: `temper records verify`, "
+            "or any worker of this database does it between jobs",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+@records_app.command("verify")
+def records_verify_command(
+    db: DbOpt = None,
+    target: TargetOpt = "host",
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="Verify at most this many records.")
+    ] = 1_000_000,
+) -> None:
+    """Verify imported records of TARGET here: replay, build, run against the reference, time.
+    Records that pass are used for compiles from then on; the others are rejected with the reason."""
+    with user_errors(), storage_errors():
+        from compiler.target import parse_target
+        from storage import SqlDatabase
+        from tuner.measure import LocalBuilder, LocalRunner
+        from tuner.verify import VerifySummary, verify_pending
+
+        tgt = parse_target(target)
+        total = VerifySummary()
+        with SqlDatabase(_db_url(db)) as database:
+            builder = LocalBuilder(tgt)
+            try:
+                while total.verified + total.rejected < limit:
+                    batch = min(16, limit - total.verified - total.rejected)
+                    done = verify_pending(database, tgt, builder, LocalRunner(), limit=batch)
+                    if done.verified + done.rejected == 0:
+                        break
+                    total += done
+            finally:
+                builder.close()
+            left = database.count_pending(tgt.key)
+    out.print(
+        f"verified {total.verified} record(s), rejected {total.rejected}; {left} still pending for {tgt.key}",
         markup=False,
         soft_wrap=True,
     )
@@ -648,7 +692,7 @@ def _remote_override(spec: str) -> tuple[str, Any]:
         trace = json.loads(Path(value).read_text())
     except OSError as exc:
         raise fail(f"override {spec!r}: cannot read {value}: {exc.strerror or exc}") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise fail(f"override {spec!r}: {value} is not JSON: {exc}") from None
     return node, trace
 

@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     job_poll_s: float = Field(default=0.5, gt=0)
     target: str = "host"
     api_key: SecretStr | None = None  # the key the CLI's --server runs send (a client setting)
+    # imported tuning records a worker verifies per idle round (tuner.verify)
+    verify_batch: int = Field(default=8, ge=1, le=1024)
+    # every job's time limit: a tuning job stops searching there (its records stay), a compile fails
+    job_timeout_s: float = Field(default=6 * 3600.0, gt=0)
+    # a compile (or an upload's analysis, an IR request) runs in a child process with these limits
+    compile_timeout_s: float = Field(default=900.0, gt=0)
+    compile_memory_bytes: int = Field(default=8 * 1024 * MIB, ge=256 * MIB)
 
     @field_validator("data_dir", mode="after")
     @classmethod

@@ -28,6 +28,7 @@ from compiler.errors import (
     ShapeError,
     UnsupportedOpError,
 )
+from service.sandbox import SandboxError
 from storage.blobs import BlobTooLargeError
 from storage.errors import DatabaseUnavailableError, RecordFileError, StorageError
 from storage.service_repo import UnknownModelError
@@ -87,6 +88,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (ShapeError, 422, "invalid_shapes"),
     (ScheduleError, 422, "invalid_schedule"),
     (CodegenError, 422, "codegen_failed"),
+    (SandboxError, 422, "limit_exceeded"),
     (CompilerError, 422, "compile_error"),
     (RecordFileError, 422, "invalid_records"),
     (UnknownModelError, 404, "not_found"),
@@ -157,10 +159,17 @@ def to_response(exc: BaseException) -> JSONResponse:
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route serves at the request's path (Starlette's 405 names only one route's)."""
     methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
+    routes = list(request.app.routes)
+    while routes:
+        route = routes.pop()
+        included = getattr(route, "original_router", None)  # an included APIRouter: its own routes
+        if included is not None:
+            routes.extend(included.routes)
+            continue
+        for method in getattr(route, "methods", None) or ():
+            match, _ = route.matches({**request.scope, "method": method})
+            if match == Match.FULL:
+                methods.add(method)
     return sorted(methods)
 
 

@@ -1,6 +1,7 @@
 """The API's request and response bodies (pydantic), kept apart from the tables.
 
-Requests forbid unknown fields, so a typo (`trails`) is a 422 naming it instead of a silent default.
+Requests forbid unknown fields, so a typo (`trails`) is a 422 naming it instead of a silent default,
+and are strict: `"64"` or `true` is not an integer.
 Responses are built from storage.service_repo's plain dataclasses, never from ORM rows.
 """
 
@@ -25,7 +26,8 @@ Target = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "64" or true is not a number of trials; a client sends what it means
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Response(BaseModel):

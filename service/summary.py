@@ -1,4 +1,5 @@
-"""What an uploaded model is, computed once at upload: inputs/outputs, op counts, tuning tasks.
+"""What an uploaded model is, computed once at upload: inputs/outputs, op counts, tuning tasks; and
+the text of its pipeline stages on request.
 
 Computing it runs the compiler's frontend and task extraction, so it is also the upload's
 validation: a malformed file, an unsupported op or a bad shape raises the compiler's typed error
@@ -80,3 +81,18 @@ def summarize(data: bytes, shapes: Mapping[str, Sequence[int]], target: str = "h
         "tasks": tasks,
         "flops": sum(t["flops"] * t["weight"] for t in tasks),
     }
+
+
+def stage_text(
+    data: bytes, stage: str, options: CompileOptions, kernel: str | None, database_url: str | None
+) -> str:
+    """One pipeline stage of a model as text (the IR endpoint), scheduled with the best records of
+    `database_url` when given. A module-level function: the API runs it in a sandboxed child."""
+    from compiler.pipeline import inspect_model
+    from storage import SqlDatabase
+    from tuner.apply import DatabaseSource
+
+    if database_url is None:
+        return inspect_model(data, stage, options, kernel=kernel)
+    with SqlDatabase(database_url, upgrade=False) as db:
+        return inspect_model(data, stage, options, kernel=kernel, schedules=DatabaseSource(db))

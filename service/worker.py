@@ -27,9 +27,8 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -177,7 +176,7 @@ class Worker:
                 log.warning("worker %s: database error, retrying: %s", self.worker_id, exc)
                 stop_event.wait(_RETRY_S)
                 continue
-            if not worked:
+            if not worked and not self.verify_records(stop_event):
                 stop_event.wait(self.settings.job_poll_s)
         log.info("worker %s stopped", self.worker_id)
 
@@ -190,6 +189,35 @@ class Worker:
         log.info("worker %s: %s job %s (attempt %d)", self.worker_id, job.kind, job.id, job.attempts)
         self._run(job, _Control(stop_event or threading.Event()))
         return True
+
+    def verify_records(self, stop_event: threading.Event | None = None) -> bool:
+        """Verify a batch of imported records of this worker's target (tuner.verify); False when none
+        were waiting. Runs between jobs: a job never waits for it for longer than one batch."""
+        from compiler.target import parse_target
+        from tuner.verify import verify_pending
+
+        target = parse_target(self.settings.target)
+        if self.db.count_pending(target.key) == 0:
+            return False
+        builder, runner, close = self._measurers(self.settings.target)
+        try:
+            done = verify_pending(
+                self.db,
+                target,
+                builder,
+                runner,
+                limit=self.settings.verify_batch,
+                should_stop=None if stop_event is None else stop_event.is_set,
+            )
+        finally:
+            close()
+        log.info(
+            "worker %s: verified %d and rejected %d imported record(s)",
+            self.worker_id,
+            done.verified,
+            done.rejected,
+        )
+        return done.verified + done.rejected > 0
 
     # --- one job -------------------------------------------------------------------------------
 
@@ -244,6 +272,15 @@ class Worker:
                 ctl.halted.set()  # cancelled or taken over: stop as soon as possible
                 return
 
+    def _time_left(self, job: JobInfo) -> float:
+        """Seconds the job may still run under TEMPER_JOB_TIMEOUT_S (counted from its first start)."""
+        started = job.started_at or job.created_at
+        spent = (datetime.now(UTC) - started).total_seconds() if started is not None else 0.0
+        left = self.settings.job_timeout_s - max(0.0, spent)
+        if left <= 0:
+            raise JobError(f"the job ran past its time limit of {self.settings.job_timeout_s:g} s")
+        return left
+
     def _model_bytes(self, job: JobInfo) -> bytes:
         with self.db.read_session() as s:
             model = repo.get_model(s, job.tenant_id, job.model_id, include_deleted=True)
@@ -260,7 +297,8 @@ class Worker:
         params = job.params
         options = _compile_options(params, self.settings.target, self._overrides(params.get("overrides")))
         url = self.settings.database_url if params.get("use_tuned", True) else None
-        data = self._in_child(self.compile_fn, self._model_bytes(job), options, url)
+        seconds = min(self.settings.compile_timeout_s, self._time_left(job))
+        data = self._in_child(self.compile_fn, self._model_bytes(job), options, url, seconds=seconds)
         if isinstance(data, str):
             raise CompilerError(data)
         if ctl.halted.is_set():
@@ -278,22 +316,22 @@ class Worker:
             log.info("worker %s: compile job %s succeeded: artifact %s", self.worker_id, job.id, artifact.id)
         return _Outcome("succeeded", ended=True)
 
-    def _in_child(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args) in a process of its own: code generation runs LLVM, whose assertions abort the
-        process they fail in, and a compile must cost only its job, never the worker (nor, for
-        `temper serve`'s embedded worker, the API)."""
-        from tuner._measure_child import die_with_parent
-        from tuner.measure import mp_context
+    def _in_child(self, fn: Callable[..., Any], *args: Any, seconds: float) -> Any:
+        """fn(*args) in a process of its own with the compile limits (service.sandbox): code
+        generation runs LLVM, whose assertions abort the process they fail in, and a compile must
+        cost only its job, never the worker (nor, for `temper serve`'s embedded worker, the API)."""
+        from service.sandbox import SandboxCrash, run_limited
 
-        pool = ProcessPoolExecutor(1, mp_context=mp_context(), initializer=die_with_parent)
         try:
-            return pool.submit(fn, *args).result()
-        except BrokenProcessPool:
-            raise JobError(
-                "the compiler process died (a crash in code generation); nothing was stored"
-            ) from None
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            return run_limited(
+                fn,
+                *args,
+                seconds=seconds,
+                memory_bytes=self.settings.compile_memory_bytes,
+                what="the compiler",
+            )
+        except SandboxCrash as exc:
+            raise JobError(str(exc)) from None
 
     def _overrides(self, raw: Any) -> dict[str, Any]:
         """{node: "record:ID" | trace JSON} -> {node: ScheduleChoice}. Only records and inline traces:
@@ -345,9 +383,12 @@ class Worker:
         }
         budget = params.get("time_budget_s")
         trials = _positive_int(params, "trials", DEFAULT_TRIALS)
+        # the job's own budget, and never past the deployment's job time limit
+        left = self._time_left(job)
+        timeout = left if budget is None else min(left, max(0.0, float(budget) - carried["elapsed_offset"]))
         topts = TuneOptions(
             trials=base + trials,
-            timeout_s=None if budget is None else max(0.0, float(budget) - carried["elapsed_offset"]),
+            timeout_s=timeout,
             batch=_positive_int(params, "batch", min(DEFAULT_BATCH, trials)),
             seed=int(params.get("seed", 0)),
         )
@@ -504,6 +545,9 @@ def run_workers(
 
 
 def _process_main(settings: Settings, once: bool, worker_id: str | None) -> None:
+    from tuner._measure_child import die_with_parent
+
+    die_with_parent()  # a killed `temper worker` leaves no workers behind
     configure_logging()
     _work_here(settings, once, worker_id)
 

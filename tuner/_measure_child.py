@@ -16,8 +16,10 @@ import ctypes
 import math
 import mmap
 import os
+import select
 import shutil
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -28,12 +30,31 @@ ALIGN = 64
 _MAX_NUMBER = 10_000_000  # calls per repeat, whatever the calibration says
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so a killed server or worker leaves
-    no builder or measuring processes behind (elsewhere: nothing to do)."""
+def die_with_parent(root: int | None = None) -> None:
+    """End this process when its parent dies, and when `root` (the process that asked for this one)
+    dies, so a killed server or worker leaves no builder, measuring or sandbox process behind.
+
+    The parent is watched by Linux (SIGKILL on its death). A child of the forkserver has the
+    forkserver as its parent, and the forkserver outlives a killed server for as long as any of its
+    children lives (each holds the pipe whose end it waits for): so such a child also watches `root`
+    itself, from a thread that exits the process when `root` is gone. Elsewhere: nothing to do."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    if root is None or root == os.getppid():
+        return
+    try:
+        pidfd = os.pidfd_open(root)
+    except ProcessLookupError:
+        os._exit(1)  # it is gone already
+    except (OSError, AttributeError):
+        return
+    threading.Thread(target=_exit_when_gone, args=(pidfd,), name="temper-die-with", daemon=True).start()
+
+
+def _exit_when_gone(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # a pidfd becomes readable when its process has exited
+    os._exit(1)
 
 
 class _KernelFailed(Exception):
@@ -135,6 +156,7 @@ def measure_child(
     min_repeat_secs: float,
     rotate_bytes: int = 0,
     fresh: tuple[int, ...] = (),
+    root: int | None = None,
 ) -> None:
     """Load, call once and report the output; if asked, warm up and time `repeats` repeats, each
     the mean per call over enough calls to last `min_repeat_secs`.
@@ -146,7 +168,7 @@ def measure_child(
     `fresh` (activations: in the model, the kernel before this one has just written them) are
     rewritten right before each timed call, so that they are in cache as they are there; each call
     is then timed on its own."""
-    die_with_parent()
+    die_with_parent(root)
     # libgomp reads its wait policy when the library is loaded: the same as in a compiled model, so
     # that a candidate is timed as it will run (threads kept hot from one call to the next)
     openmp_wait_defaults()

@@ -19,6 +19,7 @@ untuned one where it counts.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -219,7 +220,9 @@ def time_variants(
     ctx = mp_context()
     conn, child_conn = ctx.Pipe()
     proc = ctx.Process(
-        target=_timing_child, args=(child_conn, artifacts, copts.rounds, copts.repeat), daemon=True
+        target=_timing_child,
+        args=(child_conn, artifacts, copts.rounds, copts.repeat, os.getpid()),
+        daemon=True,
     )
     proc.start()
     child_conn.close()
@@ -255,13 +258,13 @@ class ConfirmStopped(Exception):
     """The tuning run was asked to stop during the in-model timing (nothing was stored)."""
 
 
-def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat: int) -> None:
+def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat: int, root: int) -> None:
     import numpy as np
 
     from compiler.runtime import load
     from tuner._measure_child import die_with_parent
 
-    die_with_parent()
+    die_with_parent(root)
     # ordinary pages, as the tuner times candidates on (tuner._measure_child._Arena says why): numpy
     # would ask for huge pages for the modules' large buffers
     with contextlib.suppress(ImportError, AttributeError):

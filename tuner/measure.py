@@ -221,7 +221,10 @@ class LocalBuilder:
     def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self._max_workers, mp_context=mp_context(), initializer=die_with_parent
+                self._max_workers,
+                mp_context=mp_context(),
+                initializer=die_with_parent,
+                initargs=(os.getpid(),),
             )
         return self._pool
 
@@ -337,6 +340,7 @@ def run_one(payload: RunPayload) -> RunResult:
             opts.min_repeat_secs,
             opts.rotate_bytes,
             payload.fresh if opts.fresh_inputs else (),
+            os.getpid(),
         ),
         name="temper-measure",
         daemon=True,

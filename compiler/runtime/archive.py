@@ -82,7 +82,7 @@ def _contents(manifest: dict[str, Any], members: dict[str, bytes], sha256: str) 
     _check_manifest(manifest)
     try:
         raw_plan = json.loads(members["plan.json"])
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ArtifactError(f"plan.json is not valid JSON: {exc}") from exc
     plan = parse_plan(raw_plan, len(members["params.bin"]))
     inputs, outputs = signature(manifest, plan)
@@ -178,6 +178,12 @@ def _unzip(data: bytes) -> dict[str, bytes]:
             names = archive.namelist()
             if len(names) != len(set(names)):
                 raise ArtifactError("the artifact holds a member twice: it was modified")
+            for info in archive.infolist():  # stored members only: nothing inflates past the file
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
+                    raise ArtifactError(
+                        f"artifact member {info.filename} is compressed or larger than the file: "
+                        "temper artifacts store their members as they are; it was modified"
+                    )
             members = {}
             for name in names:
                 try:
@@ -215,7 +221,7 @@ def read_contents(source: Source) -> Contents:
         )
     try:
         manifest = json.loads(manifest_bytes)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ArtifactError(f"manifest.json is not valid JSON: {exc}") from exc
     if not isinstance(manifest, dict):
         raise ArtifactError("manifest.json is not a JSON object")

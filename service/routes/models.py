@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import PurePath
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
 from fastapi.responses import PlainTextResponse
 from pydantic import TypeAdapter, ValidationError
 
-from compiler.pipeline import CompileOptions, inspect_model
+from compiler.pipeline import CompileOptions
 from service.deps import PrincipalDep, ServicesDep
 from service.errors import (
     InvalidInputError,
@@ -25,8 +26,9 @@ from service.errors import (
     describe_validation,
 )
 from service.routes.common import errors, is_id, model_or_404, model_out
+from service.sandbox import run_limited
 from service.schemas import ModelOut, Name, Shapes, Stage, Target
-from service.summary import summarize
+from service.summary import stage_text, summarize
 from storage import service_repo as repo
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=errors(401, 404, 422))
@@ -55,6 +57,8 @@ def parse_shapes(text: str | None, field: str = "shapes") -> dict[str, list[int]
         value = json.loads(text)
     except ValueError as e:
         raise InvalidInputError(f"{field}: not JSON ({e})", code="invalid_shapes") from None
+    except RecursionError:
+        raise InvalidInputError(f"{field}: JSON nested too deeply", code="invalid_shapes") from None
     try:
         return {k: list(v) for k, v in _SHAPES.validate_python(value).items()}
     except ValidationError as e:
@@ -109,7 +113,10 @@ def upload_model(
         label = _NAME.validate_python(label)
     except ValidationError as e:
         raise InvalidInputError(f"name: {describe_validation(e.errors())}") from None
-    summary = summarize(data, bound, services.settings.target)  # raises the compiler's typed errors
+    # the compiler's typed errors pass through; a model that needs more than the limits is a 422
+    summary = sandboxed(
+        services, summarize, data, bound, services.settings.target, what="the model's analysis"
+    )
     key = services.blobs.put_bytes(data)
     with services.db.write_session() as session:
         info = repo.create_model(
@@ -166,10 +173,15 @@ def model_ir(
     options = CompileOptions(
         target=target, opt_level=opt_level, shapes={k: tuple(v) for k, v in bound.items()}
     )
-    source = None
-    if use_tuned:
-        from tuner.apply import DatabaseSource
-
-        source = DatabaseSource(services.db)
     data = services.blobs.read_bytes(info.blob_key)
-    return PlainTextResponse(inspect_model(data, stage, options, kernel=kernel, schedules=source))
+    url = services.settings.database_url if use_tuned else None
+    text = sandboxed(services, stage_text, data, stage, options, kernel, url, what=f"the {stage} stage")
+    return PlainTextResponse(text)
+
+
+def sandboxed(services: ServicesDep, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+    """fn(*args) under the compile limits (service.sandbox), never in the API process itself."""
+    settings = services.settings
+    return run_limited(
+        fn, *args, seconds=settings.compile_timeout_s, memory_bytes=settings.compile_memory_bytes, what=what
+    )
