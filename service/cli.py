@@ -84,11 +84,21 @@ def parse_shapes(values: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _options(target: str, opt_level: int, shapes: dict[str, tuple[int, ...]], dump_ir: Path | None) -> Any:
+def _options(
+    target: str,
+    opt_level: int,
+    shapes: dict[str, tuple[int, ...]],
+    dump_ir: Path | None,
+    no_external_data: bool = False,
+) -> Any:
     from compiler.pipeline import CompileOptions
 
     return CompileOptions(
-        target=target, opt_level=opt_level, shapes=shapes, dump_ir=str(dump_ir) if dump_ir else None
+        target=target,
+        opt_level=opt_level,
+        shapes=shapes,
+        dump_ir=str(dump_ir) if dump_ir else None,
+        external_data=not no_external_data,
     )
 
 
@@ -113,6 +123,14 @@ OptLevelOpt = Annotated[int, typer.Option("--opt-level", min=0, help="Graph opti
 ShapeOpt = Annotated[
     list[str] | None,
     typer.Option("--shape", metavar="NAME=D1,D2,...", help="Bind an input's shape (repeatable)."),
+]
+NoExternalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-external-data",
+        help="Refuse weights kept in external data files (by default they are read from the model "
+        "file's own directory, never from outside it).",
+    ),
 ]
 
 
@@ -204,6 +222,7 @@ def compile_command(
     ] = None,
     server: ServerOpt = None,
     api_key: ApiKeyOpt = None,
+    no_external_data: NoExternalOpt = False,
 ) -> None:
     """Compile an ONNX model to a self-contained artifact (tuned schedules from the database)."""
     shapes = parse_shapes(shape)
@@ -234,7 +253,7 @@ def compile_command(
         database = _open_schedules(db, no_tuned)
         try:
             pins = dict(parse_override(spec, database) for spec in override or [])
-            options = replace(_options(target, opt_level, shapes, dump_ir), overrides=pins)
+            options = replace(_options(target, opt_level, shapes, dump_ir, no_external_data), overrides=pins)
             source = DatabaseSource(database) if database is not None else None
             compiled = compile_model(model, options, source)
         finally:
@@ -276,6 +295,7 @@ def tune_command(
     seed: Annotated[int, typer.Option("--seed", help="Search seed.")] = 0,
     server: ServerOpt = None,
     api_key: ApiKeyOpt = None,
+    no_external_data: NoExternalOpt = False,
 ) -> None:
     """Tune a model's kernels for the target; every measurement is recorded in the database.
 
@@ -317,7 +337,7 @@ def tune_command(
         from storage import SqlDatabase
         from tuner.tune import TuneOptions, tune
 
-        options = _options(target, opt_level, shapes, None)
+        options = _options(target, opt_level, shapes, None, no_external_data)
         topts = TuneOptions(
             trials=trials, timeout_s=None if timeout is None else timeout * 60, batch=batch, seed=seed
         )
@@ -426,6 +446,7 @@ def inspect_command(
     shape: ShapeOpt = None,
     target: TargetOpt = "host",
     opt_level: OptLevelOpt = 3,
+    no_external_data: NoExternalOpt = False,
 ) -> None:
     """Print a model's IR at one stage of the pipeline."""
     shapes = parse_shapes(shape)
@@ -434,7 +455,8 @@ def inspect_command(
 
         if stage not in STAGES:
             raise typer.BadParameter(f"{stage!r} is not one of {', '.join(STAGES)}", param_hint="'--stage'")
-        text = inspect_model(model, stage, _options(target, opt_level, shapes, None), kernel=kernel)
+        options = _options(target, opt_level, shapes, None, no_external_data)
+        text = inspect_model(model, stage, options, kernel=kernel)
     typer.echo(text.rstrip("\n"))
 
 

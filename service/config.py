@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     # a compile (or an upload's analysis, an IR request) runs in a child process with these limits
     compile_timeout_s: float = Field(default=900.0, gt=0)
     compile_memory_bytes: int = Field(default=8 * 1024 * MIB, ge=256 * MIB)
+    # signs every artifact (HMAC-SHA256 of its manifest): load(path, key=...) then refuses any other
+    artifact_key: SecretStr | None = None
 
     @field_validator("data_dir", mode="after")
     @classmethod

@@ -303,6 +303,10 @@ class Worker:
             raise CompilerError(data)
         if ctl.halted.is_set():
             return _Outcome("cancelled")
+        if self.settings.artifact_key is not None:
+            from compiler.runtime import sign_artifact
+
+            data = sign_artifact(data, self.settings.artifact_key.get_secret_value().encode())
         key = self.blobs.put_bytes(data)
         manifest, _ = read_artifact(data)
         try:  # the artifact and the job's end commit together, and only while the job is still ours

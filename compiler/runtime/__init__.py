@@ -13,6 +13,7 @@ from compiler.runtime.archive import (
     artifact_bytes,
     read_artifact,
     read_contents,
+    sign_artifact,
     write_artifact,
 )
 from compiler.runtime.errors import ArtifactError, InputError, KernelError
@@ -33,5 +34,6 @@ __all__ = [
     "load",
     "read_artifact",
     "read_contents",
+    "sign_artifact",
     "write_artifact",
 ]

@@ -1,14 +1,19 @@
 """Reading and writing the artifact file: one ZIP_STORED archive with a checksummed manifest.
 
 The manifest's sha256 guards the manifest; the manifest's `members` guard every other member.
-Together they catch corruption and casual edits (not a forger: trust comes from the whole file's
-sha256, which the writer returns and the service records).
+Together they catch corruption and casual edits, not a forger: an artifact is code (its lib.so runs
+in the loading process), so trust must come from its origin. Two ways to know it: compare the whole
+file's sha256 with the one the service recorded (the download's header), or have the service sign
+its artifacts with a secret key (TEMPER_ARTIFACT_KEY: an HMAC-SHA256 of the manifest, member
+`manifest.hmac`) and load with the same key, which refuses an unsigned or re-signed file before
+anything in it is loaded.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -25,6 +30,7 @@ from compiler.runtime.plan import Plan, TensorSpec, parse_plan, signature
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 MANIFEST_SHA = "manifest.sha256"
+MANIFEST_HMAC = "manifest.hmac"
 REQUIRED_MEMBERS = ("lib.so", "plan.json", "params.bin")
 # Keys the producer must supply; format_version, created and members are filled by the writer.
 PRODUCER_KEYS = ("temper_version", "target", "opt_level", "passes", "inputs", "outputs", "kernels")
@@ -110,7 +116,7 @@ def artifact_bytes(
     plan_bytes = _json_bytes(plan, indent=None)
     members = {"lib.so": bytes(library), "plan.json": plan_bytes, "params.bin": bytes(params)}
     for name, data in (extra or {}).items():
-        if name in members or name in (MANIFEST, MANIFEST_SHA):
+        if name in members or name in (MANIFEST, MANIFEST_SHA, MANIFEST_HMAC):
             raise ArtifactError(f"cannot write artifact: extra member {name!r} clashes with a format member")
         members[name] = bytes(data)
 
@@ -122,19 +128,32 @@ def artifact_bytes(
     # Validate exactly what a reader will see (JSON round trip turns tuples into lists).
     _contents(json.loads(manifest_bytes), members, "")
 
+    return _zip({MANIFEST: manifest_bytes, MANIFEST_SHA: _sha256(manifest_bytes).encode() + b"\n", **members})
+
+
+def _zip(entries: Mapping[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        entries = {
-            MANIFEST: manifest_bytes,
-            MANIFEST_SHA: _sha256(manifest_bytes).encode() + b"\n",
-            **members,
-        }
         for name, data in entries.items():
             info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
             info.compress_type = zipfile.ZIP_STORED
             info.external_attr = 0o644 << 16
             archive.writestr(info, data)
     return buffer.getvalue()
+
+
+def _signature(key: bytes, manifest_bytes: bytes) -> bytes:
+    return hmac.new(key, manifest_bytes, hashlib.sha256).hexdigest().encode() + b"\n"
+
+
+def sign_artifact(data: bytes, key: bytes) -> bytes:
+    """The artifact (verified first) with its manifest signed by `key` (replacing any signature)."""
+    if not key:
+        raise ArtifactError("cannot sign an artifact with an empty key")
+    read_contents(data)
+    members = _unzip(data)
+    members.pop(MANIFEST_HMAC, None)
+    return _zip({**members, MANIFEST_HMAC: _signature(key, members[MANIFEST])})
 
 
 def write_artifact(
@@ -206,13 +225,20 @@ def _unzip(data: bytes) -> dict[str, bytes]:
         raise ArtifactError(f"not a temper artifact, or a truncated one: {exc}") from exc
 
 
-def read_contents(source: Source) -> Contents:
-    """Read and verify an artifact completely (checksums, format version, plan vs manifest)."""
+def read_contents(source: Source, key: bytes | None = None) -> Contents:
+    """Read and verify an artifact completely (checksums, format version, plan vs manifest); with
+    `key`, first check that the manifest is signed with it (see the module docstring)."""
     data = _read_source(source)
     members = _unzip(data)
     for name in (MANIFEST, MANIFEST_SHA):
         if name not in members:
             raise ArtifactError(f"not a temper artifact: member {name} is missing")
+    signature = members.pop(MANIFEST_HMAC, None)
+    if key is not None:
+        if signature is None:
+            raise ArtifactError("the artifact is not signed; a signed one was required")
+        if not hmac.compare_digest(signature, _signature(key, members[MANIFEST])):
+            raise ArtifactError("the artifact's signature does not match the key: it was not signed by it")
     manifest_bytes = members.pop(MANIFEST)
     recorded = members.pop(MANIFEST_SHA).decode("ascii", "replace").strip()
     if _sha256(manifest_bytes) != recorded:

@@ -174,7 +174,9 @@ class Module:
         self._direct_outputs = {
             name
             for name, (root, offset) in output_roots.items()
-            if root == outputs[name] and plan.buffers[root].kind == "output" and offset == 0
+            if root == outputs[name]
+            and plan.buffers[root].kind == "output"
+            and offset == 0
             and list(outputs.values()).count(root) == 1
         }
 
@@ -318,6 +320,8 @@ class Module:
         ]
 
 
-def load(source: Source) -> Module:
-    """Verify an artifact (path or bytes) and load it, ready to run. Raises ArtifactError."""
-    return Module(read_contents(source))
+def load(source: Source, *, key: bytes | None = None) -> Module:
+    """Verify an artifact (path or bytes) and load it, ready to run. With `key`, the artifact must be
+    signed with it (compiler.runtime.archive), checked before anything in it is loaded. Raises
+    ArtifactError."""
+    return Module(read_contents(source, key))

@@ -293,3 +293,34 @@ def test_inspect_unknown_stage_and_kernel(runner: CliRunner, tmp_path: Path) -> 
     assert "not one of" in result.output
     result = runner.invoke(app, ["inspect", str(model), "--stage", "tir", "--kernel", "no_such_kernel"])
     _assert_user_error(result, "no_such_kernel")
+
+
+def test_external_weights_next_to_the_model_and_the_flag_that_refuses_them(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.arange(64, dtype=np.float32).reshape(16, 4)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = tmp_path / "ext.onnx"
+    onnx.save_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        model,
+        save_as_external_data=True,
+        location="ext.weights",
+        size_threshold=0,
+    )
+    out = tmp_path / "ext.temper"
+    ok = runner.invoke(app, ["compile", str(model), "-o", str(out), "--no-tuned"])
+    assert ok.exit_code == 0, ok.output
+    refused = runner.invoke(app, ["compile", str(model), "-o", str(out), "--no-tuned", "--no-external-data"])
+    assert refused.exit_code != 0 and "external file" in refused.output
+    inspected = runner.invoke(app, ["inspect", str(model), "--stage", "graph", "--no-external-data"])
+    assert inspected.exit_code != 0 and "external file" in inspected.output

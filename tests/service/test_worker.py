@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
+from pydantic import SecretStr
 
 from compiler.runtime import load
 from service.config import Settings, get_settings
@@ -295,3 +296,31 @@ def test_progress_json_has_no_infinities() -> None:
     assert data["elapsed_s"] == 5.0 and data["estimated_latency_s"] is None and data["eta_s"] == 14.0
     assert data["tasks"][0]["best_secs"] is None and data["tasks"][0]["best_gflops"] == 0.0
     assert data["curve"] == [[1, None]]
+
+
+def test_artifacts_are_signed_with_the_deployment_key(settings: Settings) -> None:
+    from compiler.runtime import ArtifactError
+
+    signed_settings = settings.model_copy(update={"artifact_key": SecretStr("deployment secret")})
+    with Worker(signed_settings, "signing-worker") as w:
+        job = _submit(w, "compile", {})
+        assert w.run_one()
+        done = _get(w.db, job)
+        assert done.state == "succeeded", done.error
+        with w.db.read_session() as s:
+            artifact = repo.get_artifact(s, done.tenant_id, done.artifact_id or "")
+        assert artifact is not None
+        path = w.blobs.path(artifact.blob_key)
+        load(path, key=b"deployment secret")
+        with pytest.raises(ArtifactError, match="does not match"):
+            load(path, key=b"a guess")
+
+
+def test_a_job_past_its_time_limit_fails(settings: Settings) -> None:
+    limited = settings.model_copy(update={"job_timeout_s": 0.001})
+    with Worker(limited, "hurried-worker") as w:
+        job = _submit(w, "compile", {})
+        time.sleep(0.01)
+        assert w.run_one()
+        done = _get(w.db, job)
+        assert done.state == "failed" and "time limit" in (done.error or "")

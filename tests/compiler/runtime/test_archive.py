@@ -180,3 +180,57 @@ def test_not_a_zip_and_missing_file_are_artifact_errors(tmp_path: Path) -> None:
         archive.writestr("readme.txt", "hello")
     with pytest.raises(ArtifactError, match=r"manifest\.json is missing"):
         read_artifact(plain_zip)
+
+
+# ---- signatures and what a forger can do ------------------------------------------------------------
+
+
+def _forged(artifact: Path, tmp_path: Path, library: bytes) -> Path:
+    """The artifact with its library replaced and every checksum recomputed (a forger's edit)."""
+    with zipfile.ZipFile(artifact) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+    manifest["members"]["lib.so"] = hashlib.sha256(library).hexdigest()
+    body = json.dumps(manifest).encode()
+    sha = hashlib.sha256(body).hexdigest().encode()
+    return rezip(
+        artifact,
+        tmp_path / "forged.temper",
+        {"lib.so": library, "manifest.json": body, "manifest.sha256": sha},
+    )
+
+
+def test_a_signed_artifact_loads_only_with_its_key(tmp_path: Path, artifact: Path) -> None:
+    from compiler.runtime import load, read_contents, sign_artifact
+
+    signed = sign_artifact(artifact.read_bytes(), b"server secret")
+    assert read_contents(signed, b"server secret").manifest == read_contents(artifact).manifest
+    load(signed, key=b"server secret")
+    read_contents(signed)  # without a key the signature is not asked for
+    with pytest.raises(ArtifactError, match="does not match the key"):
+        read_contents(signed, b"another key")
+    with pytest.raises(ArtifactError, match="not signed"):
+        load(artifact, key=b"server secret")
+    resigned = sign_artifact(signed, b"attacker")
+    with pytest.raises(ArtifactError, match="does not match"):
+        read_contents(resigned, b"server secret")
+
+
+def test_a_forged_library_is_refused_before_it_is_loaded(tmp_path: Path, artifact: Path) -> None:
+    from compiler.runtime import load, sign_artifact
+
+    signed = tmp_path / "signed.temper"
+    signed.write_bytes(sign_artifact(artifact.read_bytes(), b"k"))
+    forged = _forged(signed, tmp_path, b"\x7fELF not a library at all")
+    with pytest.raises(ArtifactError, match="does not match the key"):  # not "cannot load lib.so"
+        load(forged, key=b"k")
+
+
+def test_compressed_members_are_refused_unread(tmp_path: Path, artifact: Path) -> None:
+    bomb = tmp_path / "bomb.temper"
+    with zipfile.ZipFile(artifact) as old, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as new:
+        for name in old.namelist():
+            new.writestr(name, old.read(name))
+        new.writestr("zeros.bin", b"\0" * (64 << 20))  # inflates far past the file's size
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(ArtifactError, match="compressed or larger than the file"):
+        read_artifact(bomb)
