@@ -256,6 +256,53 @@ def mutated_bodies(model_id: str, rng: random.Random) -> Iterator[tuple[str, str
             yield rng.choice(["GET", "DELETE"]), what.format(ident), {}, f"{what} id"
 
 
+def records_file(model: bytes) -> list[dict[str, Any]]:
+    """A valid records file (header, workload, one record of its default schedule) for a model's
+    first task, as parsed JSON lines."""
+    from compiler.kernels import build_kernel
+    from compiler.pipeline import CompileOptions
+    from tuner.task import extract_tasks
+    from tuner.workloads import describe
+
+    task = extract_tasks(model, CompileOptions())[0]
+    workload = describe(task.name, task.group, task.workload.const_params, task.workload.anchor_op)
+    return [
+        {"format": "temper-records", "version": 1},
+        {"kind": "workload", "key": task.key, "description": workload, "flops": task.flops},
+        {
+            "kind": "record",
+            "workload_key": task.key,
+            "target_key": "fuzz-target",
+            "trace": build_kernel(task.workload, "k").trace.to_json(),
+            "run_secs": [1e-3],
+            "error_kind": None,
+            "error_message": "",
+            "temper_version": "fuzz",
+            "created": "2026-01-01T00:00:00+00:00",
+        },
+    ]
+
+
+def mutated_records(lines: list[dict[str, Any]], rng: random.Random) -> Iterator[tuple[bytes, str]]:
+    """Records files with one line's field (or a trace instruction's argument) made hostile."""
+    while True:
+        copy = json.loads(json.dumps(lines))
+        k = rng.randrange(len(copy))
+        line = copy[k]
+        target = line
+        if "trace" in line and rng.random() < 0.5 and line["trace"]["instructions"]:
+            target = rng.choice(line["trace"]["instructions"])
+        elif "description" in line and rng.random() < 0.5:
+            target = line["description"]
+        name = rng.choice([*target, "unknown_field"])
+        if rng.random() < 0.15:
+            target.pop(name, None)
+        else:
+            target[name] = _hostile_json(rng)
+        text = "\n".join(json.dumps(x) for x in copy) + "\n"
+        yield text.encode("utf-8", "surrogatepass"), f"records line {k + 1} {name}"
+
+
 # ---- the driver ----------------------------------------------------------------------------------
 
 
@@ -292,9 +339,10 @@ def fuzz(
     seed: int = 0,
     stored: Callable[[], Any] | None = None,
     on_case: Callable[[int], None] | None = None,
+    admin_key: str | None = None,
 ) -> Tally:
-    """Send `cases` mutated requests (about two thirds uploads, a third JSON bodies); `stored()`
-    snapshots what the server keeps, compared before and after each refused upload."""
+    """Send `cases` mutated requests (uploads, JSON bodies, and records files when `admin_key` is
+    given); `stored()` snapshots what the server keeps, compared before and after each refusal."""
     rng = random.Random(seed)
     tally = Tally()
     headers = {"Authorization": f"Bearer {key}"}
@@ -303,8 +351,17 @@ def fuzz(
         first.raise_for_status()
         model_id = first.json()["id"]
         models, bodies = mutated_models(seeds, rng), mutated_bodies(model_id, rng)
+        records = mutated_records(records_file(seeds[0]), rng) if admin_key else None
+        admin = {"Authorization": f"Bearer {admin_key}", "Content-Type": "application/x-ndjson"}
         for n in range(cases):
-            if rng.random() < 0.65:
+            if records is not None and rng.random() < 0.15:
+                text, what = next(records)
+                before = stored() if stored is not None else None
+                response = http.post("/v1/records/import", content=text, headers=admin)
+                tally.add(response.status_code, f"{what}: {response.text[:200]}")
+                if response.status_code >= 400 and stored is not None and stored() != before:
+                    tally.stored_on_refusal.append(what)
+            elif rng.random() < 0.65:
                 data, what = next(models)
                 before = stored() if stored is not None else None
                 form = {"shapes": json.dumps({"x": [_hostile_json(rng)]})} if rng.random() < 0.1 else {}
@@ -321,6 +378,14 @@ def fuzz(
             if on_case is not None:
                 on_case(n)
     return tally
+
+
+def stored_state(server: Any) -> tuple[Any, ...]:
+    """What a refused request must not change: rows, blobs, records and workloads."""
+    with server.database() as db:
+        records = sum(1 for _ in db.iter_records())
+        workloads = len(db.workloads())
+    return server.row_counts(), server.blobs(), records, workloads
 
 
 def seed_models() -> list[bytes]:
@@ -367,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
                 seed_models(),
                 cases=args.cases,
                 seed=args.seed,
-                stored=lambda: (server.row_counts(), server.blobs()),
+                stored=lambda: stored_state(server),
                 on_case=progress,
+                admin_key=server.create_key("fuzz-admin", admin=True),
             )
             alive = httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
         finally:

@@ -51,11 +51,16 @@ def check_legal(func: PrimFunc) -> None:
                         f"unroll of loop {s.var.name!r} expands its body {unrolled} times "
                         f"(limit {MAX_UNROLL_PRODUCT}) in {func.name}"
                     )
-            if s.kind in (ForKind.PARALLEL, ForKind.VECTORIZED):
-                _check_no_reduction(func, s)
-            if s.kind is ForKind.PARALLEL:
-                _check_disjoint_writes(func, s)
+            check_loop(func, s)
         stack.extend((child, unrolled) for child in children_of(s))
+
+
+def check_loop(func: PrimFunc, loop: For) -> None:
+    """The checks of one parallel or vectorized loop (what `annotate` asks as it applies one)."""
+    if loop.kind in (ForKind.PARALLEL, ForKind.VECTORIZED):
+        _check_no_reduction(func, loop)
+    if loop.kind is ForKind.PARALLEL:
+        _check_disjoint_writes(func, loop)
 
 
 def _vars(e: Expr) -> set[Var]:

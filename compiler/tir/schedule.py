@@ -41,6 +41,7 @@ from compiler.tir.ir import (
     walk_expr,
     walk_stmts,
 )
+from compiler.tir.legality import check_loop
 from compiler.tir.simplify import affine_coeffs, bounds, simplify, simplify_stmt
 
 # ------------------------------------------------------------------------------ tree helpers
@@ -251,6 +252,8 @@ def annotate(func: PrimFunc, loop: str, kind: ForKind) -> PrimFunc:
     if kind is ForKind.VECTORIZED and f.extent > 64:
         raise ScheduleError(f"vectorize: loop {loop!r} extent {f.extent} is too long (max 64)")
     new = For(f.var, f.extent, kind, f.body)
+    if kind in (ForKind.PARALLEL, ForKind.VECTORIZED):
+        check_loop(func, new)  # refused here, at the primitive that would break the kernel
     return PrimFunc(func.name, func.params, _replace(func.body, f, new), func.layouts)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from bench.fuzz import fuzz, seed_models
+from bench.fuzz import fuzz, seed_models, stored_state
 from tests.service.api.server import LiveServer
 
 CASES = 150
@@ -15,8 +15,9 @@ def test_fuzzed_requests_get_no_5xx_and_store_nothing_when_refused(start_server)
     server: LiveServer = start_server(TEMPER_EMBEDDED_WORKER="false")
     key = server.create_key("fuzzer")
     seeds = seed_models()[:3]  # the small ones: the bounded run stays quick
+    admin = server.create_key("ops", admin=True)
     tally = fuzz(
-        server.url, key, seeds, cases=CASES, seed=11, stored=lambda: (server.row_counts(), server.blobs())
+        server.url, key, seeds, cases=CASES, seed=11, stored=lambda: stored_state(server), admin_key=admin
     )
     summary = tally.summary()
     assert tally.server_errors == [], summary
