@@ -2,9 +2,10 @@
 # workers that build and measure candidates (they import temper's code to run its tasks).
 FROM python:3.11-slim
 
-# Compiled models are linked by the C compiler driver against the OpenMP runtime and libm.
+# Compiled models are linked by the C compiler driver, with temper's parallel runtime (a C file it
+# compiles) and libm.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev libgomp1 \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -24,8 +24,6 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from compiler.runtime.module import openmp_wait_defaults
-
 ALIGN = 64
 _MAX_NUMBER = 10_000_000  # calls per repeat, whatever the calibration says
 
@@ -169,9 +167,6 @@ def measure_child(
     rewritten right before each timed call, so that they are in cache as they are there; each call
     is then timed on its own."""
     die_with_parent(root)
-    # libgomp reads its wait policy when the library is loaded: the same as in a compiled model, so
-    # that a candidate is timed as it will run (threads kept hot from one call to the next)
-    openmp_wait_defaults()
     try:
         fn = _load(library, symbol)
         copies = copies_for(sum(map(len, inputs)) + out_nbytes, rotate_bytes)

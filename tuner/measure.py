@@ -11,9 +11,8 @@ candidate at a time from the calling thread. Either way `build_one` and `run_one
 units of work, and `run_one` always isolates the candidate in a child process with a hard timeout,
 so a segfault or an endless loop never takes an executor's worker down with it.
 
-Processes are started with forkserver (spawn where that is missing), never fork: on this code base a
-forked child hangs in its first OpenMP parallel region once the parent has run one (libgomp is not
-fork-safe), and forking a process while another of its threads holds the LLVM lock would deadlock.
+Processes are started with forkserver (spawn where that is missing), never fork: forking a process
+while another of its threads holds the LLVM lock would deadlock the child.
 """
 
 from __future__ import annotations

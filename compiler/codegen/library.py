@@ -2,7 +2,9 @@
 
 Kernels are added as llvmlite IR; `finalize()` parses, verifies and optimises the module once for
 the exact target CPU, after which the library can print its IR/assembly, emit an object file or
-link a shared library (the system C compiler driver links against the OpenMP runtime and libm).
+link a shared library: the system C compiler driver links the kernels with temper's parallel
+runtime (parallel.c, compiled by the same driver once per process) and libm, so that the library
+needs nothing but libc at load time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,36 @@ from compiler.target import Target, init_llvm
 from compiler.tir.ir import PrimFunc
 
 _LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe
+PARALLEL_RUNTIME = Path(__file__).with_name("parallel.c")
+_RUNTIME_LOCK = threading.Lock()
+_runtime_objects: dict[str, bytes] = {}  # C compiler driver -> parallel.c compiled by it
+
+
+def _c_compiler() -> str:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        raise CodegenError("no C compiler driver (cc/gcc/clang) found to link the shared library")
+    return cc
+
+
+def runtime_object(cc: str) -> bytes:
+    """parallel.c compiled by `cc` (position-independent, its internals hidden, so that every library
+    keeps a pool of its own), once per process and driver."""
+    with _RUNTIME_LOCK:
+        if cc not in _runtime_objects:
+            with tempfile.TemporaryDirectory(prefix="temper-runtime-") as d:
+                obj = Path(d) / "parallel.o"
+                flags = ["-std=c11", "-O2", "-fPIC", "-pthread", "-fvisibility=hidden"]
+                proc = subprocess.run(
+                    [cc, *flags, "-c", str(PARALLEL_RUNTIME), "-o", str(obj)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if proc.returncode != 0:
+                    raise CodegenError(f"compiling the parallel runtime failed: {proc.stderr.strip()}")
+                _runtime_objects[cc] = obj.read_bytes()
+        return _runtime_objects[cc]
 
 
 class CodeLibrary:
@@ -87,16 +119,18 @@ class CodeLibrary:
             return self.target_machine.emit_object(self._final)
 
     def shared_library(self) -> bytes:
-        """Link the object code into a shared library (C ABI, depends on libgomp and libm)."""
+        """Link the object code with the parallel runtime into a shared library (C ABI; needs libc and
+        libm). `-z nodelete`: the pool's detached workers run the library's code for as long as the
+        process lives, so the library must never be unmapped under them."""
         obj = self.object_code()
-        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-        if cc is None:
-            raise CodegenError("no C compiler driver (cc/gcc/clang) found to link the shared library")
+        cc = _c_compiler()
+        runtime = runtime_object(cc)
         with tempfile.TemporaryDirectory(prefix="temper-link-") as d:
-            o, so = Path(d) / "kernels.o", Path(d) / "lib.so"
+            o, r, so = Path(d) / "kernels.o", Path(d) / "parallel.o", Path(d) / "lib.so"
             o.write_bytes(obj)
+            r.write_bytes(runtime)
             proc = subprocess.run(
-                [cc, "-shared", "-o", str(so), str(o), "-lgomp", "-lm"],
+                [cc, "-shared", "-pthread", "-Wl,-z,nodelete", "-o", str(so), str(o), str(r), "-lm"],
                 capture_output=True,
                 text=True,
                 check=False,

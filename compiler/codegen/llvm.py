@@ -3,8 +3,9 @@
 One emitter per kernel. Loop kinds map directly: serial -> a counted loop, unrolled -> the body
 repeated, vectorized -> the body evaluated once on LLVM vectors (contiguous accesses become vector
 loads/stores, invariant ones scalars that are broadcast, others per-lane), parallel -> the body
-outlined into a function that the OpenMP runtime (GOMP_parallel) runs on every core, each thread
-taking one contiguous chunk. Kernels have the C ABI `int32_t name(void **args)`.
+outlined into a function of a range of iterations, which temper's parallel runtime (parallel.c,
+linked into every library) runs on every core, threads claiming chunks of the range until none is
+left. Kernels have the C ABI `int32_t name(void **args)`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ F64 = ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
+PARALLEL_FOR = "temper_parallel_for"
+"""The parallel runtime's entry (compiler/codegen/parallel.c): (body, data, extent), where
+`body(data, start, end)` runs the iterations [start, end) of an outlined parallel loop."""
 
 _MEM_TYPES: dict[str, ir.Type] = {
     "float32": F32,
@@ -689,17 +693,18 @@ class KernelEmitter:
             b.store(b.ptrtoint(ctx.bufs[buf], I64), p)
         self._outlined += 1
         name = f"{self.symbol}.par{self._outlined}"
-        # the OpenMP entry unpacks the captured values and calls the loop's body, whose buffer
-        # parameters are noalias like the kernel body's (pointers loaded from memory would carry
-        # no aliasing facts, and LLVM could not keep accumulators in registers)
+        # the runtime calls `name(data, start, end)` for each chunk of iterations it hands out; it
+        # unpacks the captured values and calls the loop's body, whose buffer parameters are noalias
+        # like the kernel body's (pointers loaded from memory would carry no aliasing facts, and LLVM
+        # could not keep accumulators in registers)
         loop_fn = ir.Function(
             self.module,
-            ir.FunctionType(VOID, [I64] * len(fvars) + [PTR] * len(captured_bufs)),
+            ir.FunctionType(VOID, [I64] * len(fvars) + [PTR] * len(captured_bufs) + [I64, I64]),
             f"{name}.body",
         )
         loop_fn.linkage = "internal"
         loop_fn.attributes.add("alwaysinline")
-        body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
+        body_fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), name)
         body_fn.linkage = "internal"
         eb = ir.IRBuilder(body_fn.append_basic_block("entry"))
         arr = body_fn.args[0]
@@ -709,28 +714,21 @@ class KernelEmitter:
         for j in range(len(captured_bufs)):
             p = eb.gep(arr, [ir.Constant(I64, len(fvars) + j)], source_etype=I64)
             values.append(eb.inttoptr(eb.load(p, typ=I64), PTR))
-        eb.call(loop_fn, values)
+        eb.call(loop_fn, [*values, body_fn.args[1], body_fn.args[2]])
         eb.ret_void()
         inner = self._new_ctx(loop_fn)
         inner.ranges = dict(ctx.ranges)
-        ib = inner.builder
         for v, arg in zip(fvars, loop_fn.args, strict=False):
             inner.vars[v] = arg
-        for buf, arg in zip(captured_bufs, loop_fn.args[len(fvars) :], strict=True):
+        for buf, arg in zip(captured_bufs, loop_fn.args[len(fvars) : -2], strict=True):
             arg.add_attribute("noalias")
             inner.bufs[buf] = arg
-        tid = ib.sext(ib.call(self._extern("omp_get_thread_num", I32, []), []), I64)
-        nth = ib.sext(ib.call(self._extern("omp_get_num_threads", I32, []), []), I64)
-        ext = ir.Constant(I64, s.extent)
-        chunk = ib.sdiv(ib.add(ext, ib.sub(nth, ir.Constant(I64, 1))), nth)
-        start = ib.mul(tid, chunk)
-        end = ib.add(start, chunk)
-        end = ib.select(ib.icmp_signed("<", end, ext), end, ext)
+        start, end = loop_fn.args[-2:]
         self._counted_loop(inner, s.var, start, end, s.body)
-        ib.ret_void()
+        inner.builder.ret_void()
         inner.entry.branch(loop_fn.blocks[1])
-        gomp = self._extern("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        b.call(gomp, [body_fn, data, ir.Constant(I32, 0), ir.Constant(I32, 0)])
+        run = self._extern(PARALLEL_FOR, VOID, [PTR, PTR, I64])
+        b.call(run, [body_fn, data, ir.Constant(I64, s.extent)])
 
 
 def _bind_const(s: Stmt, var: Var, value: int) -> Stmt:

@@ -45,27 +45,8 @@ def _check_arch(target: Mapping[str, Any]) -> None:
         raise ArtifactError(f"the artifact was compiled for {triple}; this machine is {here}")
 
 
-SPIN_COUNT = 100_000
-
-
-def openmp_wait_defaults() -> None:
-    """How idle OpenMP threads wait between kernels, unless the user chose (OMP_WAIT_POLICY or
-    GOMP_SPINCOUNT): spin briefly, then sleep.
-
-    The kernels' parallel loops run on libgomp, which reads this when the library is loaded. Threads
-    that sleep at once (PASSIVE) must be woken for every kernel: on MobileNetV2 (54 kernels of
-    ~0.1 ms) that doubled the latency (6.3 vs 3.1 ms on 2 Zen 5 cores). Threads that spin without
-    limit (ACTIVE) keep cores busy after the model ran, and on a loaded machine a kernel can wait
-    milliseconds for a descheduled spinner. A bounded spin keeps the threads hot from one kernel to
-    the next within a run and lets them sleep soon after it.
-    """
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
-
-
 def _open_library(library: bytes) -> ctypes.CDLL:
     """dlopen lib.so from a private temp dir, removed right away (the mapping outlives the file)."""
-    openmp_wait_defaults()
     directory = tempfile.mkdtemp(prefix="temper-lib-")
     try:
         path = os.path.join(directory, "lib.so")

@@ -18,8 +18,8 @@ from compiler.tir.trace import Schedule
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
 # Handing work to the other cores costs microseconds even when their threads still spin (and tens
-# of microseconds once they sleep, see compiler.runtime.module.openmp_wait_defaults): below these
-# sizes a kernel runs faster on one core. The tuner's "parallel" decisions revisit this per kernel.
+# of microseconds once they sleep, see compiler/codegen/parallel.c): below these sizes a kernel runs
+# faster on one core. The tuner's "parallel" decisions revisit this per kernel.
 MIN_PARALLEL_WORK = 1 << 15  # output elements of an elementwise/injective nest
 MIN_PARALLEL_FLOPS = 1 << 20  # arithmetic of an anchor kernel (conv, matmul)
 
