@@ -56,10 +56,16 @@
  *
  * Concurrency: one job per pool at a time. A caller that finds the pool busy (another Python
  * thread running a kernel of the same library, or a nested parallel loop) runs its loop serially
- * in its own thread rather than waiting. After fork() the child has no workers: a pthread_atfork
- * handler resets the pool, which starts again on the child's first parallel loop. The library is
- * linked with -z nodelete, so the workers' code is never unmapped under them; they are detached
- * and end with the process.
+ * in its own thread rather than waiting.
+ *
+ * Lifetime: workers start on the first parallel loop and are detached. temper_parallel_stop()
+ * (called when a Module is garbage-collected) ends them: it bumps `epoch` and then `generation`,
+ * and a worker that wakes to a new generation under a new epoch returns. A worker of an old epoch
+ * that has not noticed yet may still claim chunks of a newer job, which is as safe as any claim
+ * (shares live in a static array, never freed). The next parallel loop starts new workers. After
+ * fork() the child has no workers: a pthread_atfork handler resets the pool, which starts again on
+ * the child's first parallel loop. The library is linked with -z nodelete, so that no worker ever
+ * runs code that has been unmapped.
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -104,11 +110,12 @@ struct share {
 
 enum { UNSTARTED, READY };
 
+static struct share shares[MAX_THREADS]; /* only the first `threads` are used */
+
 static struct {
-    /* set up by the first caller (holding `busy`), reset in a forked child */
+    /* set up by the caller that holds `busy` (first parallel loop, stop), reset in a forked child */
     int state;
     _Atomic int threads; /* participants: the caller and threads - 1 workers */
-    struct share *shares;
     /* the current job: written by the caller holding `busy`, read after a successful claim only */
     temper_body body;
     void *data;
@@ -116,6 +123,7 @@ static struct {
     int64_t share_len;
     _Alignas(LINE) _Atomic int busy;
     _Alignas(LINE) _Atomic uint32_t generation;
+    _Atomic uint32_t epoch; /* bumped when the workers are told to end */
     _Alignas(LINE) _Atomic int sleepers;
     _Alignas(LINE) _Atomic int64_t remaining;
 } pool;
@@ -166,10 +174,10 @@ static int claim_back(struct share *sh, uint32_t *chunk) {
 static void work(int self) {
     int threads = atomic_load_explicit(&pool.threads, memory_order_relaxed);
     uint32_t chunk;
-    while (claim_front(&pool.shares[self], &chunk)) run_chunk(self, chunk);
+    while (claim_front(&shares[self], &chunk)) run_chunk(self, chunk);
     for (int d = 1; d < threads; ++d) {
         int victim = (self + d) % threads;
-        while (claim_back(&pool.shares[victim], &chunk)) run_chunk(victim, chunk);
+        while (claim_back(&shares[victim], &chunk)) run_chunk(victim, chunk);
     }
 }
 
@@ -214,11 +222,19 @@ static void wait_for_job(uint32_t *seen) {
     }
 }
 
+struct worker {
+    int self;
+    uint32_t epoch;
+};
+
 static void *worker_main(void *arg) {
-    int self = (int)(intptr_t)arg;
+    struct worker me = *(struct worker *)arg;
+    free(arg);
+    /* `seen` is read before `epoch`: temper_parallel_stop bumps epoch before generation, so either
+     * this thread sees the new epoch now or the new generation wakes it to see it below */
     uint32_t seen = atomic_load(&pool.generation);
-    for (;;) {
-        work(self); /* a job published before this thread first looked is taken too */
+    while (atomic_load(&pool.epoch) == me.epoch) {
+        work(me.self); /* a job published before this thread first looked is taken too */
         wait_for_job(&seen);
     }
     return NULL;
@@ -244,10 +260,9 @@ static int wanted_threads(void) {
 
 static void reset_in_child(void) {
     /* only the forking thread exists in the child: nobody else can be using the pool */
-    free(pool.shares);
-    pool.shares = NULL;
     pool.state = UNSTARTED;
     atomic_store(&pool.threads, 0);
+    atomic_fetch_add(&pool.epoch, 1);
     atomic_store(&pool.busy, 0);
     atomic_store(&pool.sleepers, 0);
     atomic_store(&pool.remaining, 0);
@@ -255,18 +270,23 @@ static void reset_in_child(void) {
 
 static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_in_child); }
 
-/* Called by the caller holding `busy`, the first time: size the pool and start its workers. A
- * worker that cannot be started leaves its share to the others (they steal it). */
+static void take_pool(void) {
+    int expected = 0;
+    while (!atomic_compare_exchange_weak(&pool.busy, &expected, 1)) {
+        expected = 0;
+        sched_yield();
+    }
+}
+
+/* Called by the caller holding `busy`: size the pool and start its workers. A worker that cannot
+ * be started leaves its share to the others (they steal it). */
 static void start_pool(void) {
     pthread_once(&atfork_once, register_atfork);
     int threads = wanted_threads();
-    struct share *shares = aligned_alloc(LINE, sizeof(struct share) * (size_t)threads);
-    if (shares == NULL) threads = 1;
-    pool.shares = shares;
     atomic_store(&pool.threads, threads);
-    for (int t = 0; t < threads; ++t) atomic_store(&shares[t].span, 0);
     pool.state = READY;
     if (threads == 1) return;
+    uint32_t epoch = atomic_load(&pool.epoch);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -274,9 +294,14 @@ static void start_pool(void) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (int w = 1; w < threads; ++w) {
+        struct worker *arg = malloc(sizeof *arg);
         pthread_t thread;
-        if (pthread_create(&thread, &attr, worker_main, (void *)(intptr_t)w) == 0)
+        if (arg == NULL) break;
+        *arg = (struct worker){w, epoch};
+        if (pthread_create(&thread, &attr, worker_main, arg) == 0)
             pthread_setname_np(thread, "temper-worker");
+        else
+            free(arg);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
@@ -303,7 +328,7 @@ void temper_parallel_for(temper_body body, void *data, int64_t extent) {
     int64_t chunks = 0;
     for (int s = 0; s < threads; ++s) chunks += share_chunks(s);
     atomic_store(&pool.remaining, chunks);
-    for (int s = 0; s < threads; ++s) atomic_store(&pool.shares[s].span, (uint64_t)share_chunks(s) << 32);
+    for (int s = 0; s < threads; ++s) atomic_store(&shares[s].span, (uint64_t)share_chunks(s) << 32);
     atomic_fetch_add(&pool.generation, 1);
     if (atomic_load(&pool.sleepers) > 0) futex(&pool.generation, FUTEX_WAKE, INT_MAX);
     /* claim, then wait for the chunks that workers claimed and still run */
@@ -322,4 +347,18 @@ void temper_parallel_for(temper_body body, void *data, int64_t extent) {
 API int32_t temper_parallel_threads(void) {
     int threads = atomic_load(&pool.threads);
     return threads > 0 ? threads : wanted_threads();
+}
+
+/* Ends the pool's workers (after the loop running now, if any); the next parallel loop starts new
+ * ones. Returns without waiting for them to exit. */
+API void temper_parallel_stop(void) {
+    take_pool();
+    if (pool.state == READY) {
+        pool.state = UNSTARTED;
+        atomic_store(&pool.threads, 0);
+        atomic_fetch_add(&pool.epoch, 1);
+        atomic_fetch_add(&pool.generation, 1);
+        if (atomic_load(&pool.sleepers) > 0) futex(&pool.generation, FUTEX_WAKE, INT_MAX);
+    }
+    atomic_store(&pool.busy, 0);
 }

@@ -7,11 +7,13 @@ other Python threads calling kernels, a forked child or busy neighbour processes
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,7 +70,8 @@ def test_the_library_needs_only_libc_and_keeps_its_runtime_to_itself(library: Pa
     assert "NODELETE" in needed.stdout
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True)
     exported = {line.split()[-1] for line in symbols.stdout.splitlines()}
-    assert "temper_parallel_threads" in exported and "temper_parallel_for" not in exported
+    assert {"temper_parallel_threads", "temper_parallel_stop"} <= exported
+    assert "temper_parallel_for" not in exported
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
@@ -133,6 +136,48 @@ def test_the_process_exits_while_workers_wait_or_work(library: Path) -> None:
 
 def test_idle_workers_sleep(library: Path) -> None:
     assert _driver("sleep", str(library), threads=3) == {"workers": 2, "asleep": True}
+
+
+def _gone(tids: set[int]) -> bool:
+    """Whether all of `tids` have exited (polled: a stopped worker ends on its own schedule)."""
+    deadline = time.monotonic() + 30
+    while tids & set(workers()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_stopping_ends_the_workers_and_the_next_loop_starts_new_ones(
+    library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEMPER_NUM_THREADS", "3")  # read when the pool starts
+    lib = _load(library, tmp_path, "stop.so")
+    before = set(workers())
+    check(lib)
+    first = set(workers()) - before
+    assert len(first) == 2
+    lib.temper_parallel_stop()
+    assert _gone(first)
+    check(lib)
+    second = set(workers()) - before
+    assert len(second) == 2 and not second & first
+    lib.temper_parallel_stop()
+    assert _gone(second)
+
+
+def test_a_collected_module_takes_its_workers_along(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEMPER_NUM_THREADS", "3")
+    artifact = tmp_path / "mlp.temper"
+    compile_model(builders.mlp().SerializeToString(), CompileOptions()).save(artifact)
+    module = load(artifact)
+    before = set(workers())
+    module.run({spec.name: np.zeros(spec.shape, np.float32) for spec in module.inputs})
+    mine = set(workers()) - before
+    assert len(mine) == 2  # the MLP's layers run in parallel
+    del module
+    gc.collect()
+    assert _gone(mine)
 
 
 def test_workers_start_on_the_first_parallel_loop_only(library: Path, tmp_path: Path) -> None:
