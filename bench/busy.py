@@ -289,10 +289,13 @@ def print_table(title: str, rows: list[list[str]], markdown: bool) -> None:
     console.print(rich_table)
 
 
-def document(results: Sequence[Result], settings: common.Settings, neighbours: int) -> dict[str, Any]:
+def document(
+    results: Sequence[Result], settings: common.Settings, neighbours: int, loadavg: Mapping[str, Any]
+) -> dict[str, Any]:
     return {
         "title": "temper busy-machine benchmark",
         "machine": common.machine(),
+        "loadavg": dict(loadavg),
         "versions": common.versions(),
         "settings": {**dataclasses.asdict(settings), "neighbours": neighbours},
         "rows": [
@@ -329,11 +332,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("no busy neighbour to run (one core only): pass --neighbours N")
     names = [n for n in models.MODELS if not (args.no_fetch and models.MODELS[n].fetched)]
     results = []
+    loadavg = {"start": os.getloadavg()}  # others' work on a shared machine spoils the comparison
     with Neighbours(count) as neighbours:
         for name in common.select(names, args.only):
             print(f"… {name}", flush=True)
             results.append(bench_model(name, models.MODELS[name], neighbours, settings, args.opt_level))
             gc.collect()  # drop the session now: onnxruntime's idle workers spin and steal the cores
+    loadavg["end"] = os.getloadavg()
     print_table("temper busy-machine benchmark", table(results), args.markdown)
     notes = [
         f"median latency per call, fp32, {THREADS} threads for both systems; busy: {count} neighbour "
@@ -342,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
         f"flags: 'temper slows more' when temper's slowdown exceeds onnxruntime's, '<system> cliff' at a "
         f"slowdown of {CLIFF:g}x or more",
         f"temper: untuned (default schedules), opt level {args.opt_level}",
+        f"1-minute load average {loadavg['start'][0]:.2f} at the start, {loadavg['end'][0]:.2f} at the end "
+        "(the neighbours count in it; other work on the machine spoils the comparison: rerun)",
     ]
     for note in notes:
         print(f"note: {note}")
@@ -349,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         for system, message in result.errors.items():
             print(f"error: {result.name} / {system}: {message}")
     if args.json is not None:
-        args.json.write_text(json.dumps(document(results, settings, count), indent=2) + "\n")
+        args.json.write_text(json.dumps(document(results, settings, count, loadavg), indent=2) + "\n")
         print(f"wrote {args.json}")
 
 

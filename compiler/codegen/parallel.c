@@ -92,6 +92,9 @@
 #ifndef SPIN_YIELD_NS
 #define SPIN_YIELD_NS 1000000 /* ... then yields the core between polls, then sleeps */
 #endif
+#ifndef CALLER_SPINS
+#define CALLER_SPINS 4096 /* a caller waiting for the last chunks spins this long, then yields */
+#endif
 #define MAX_THREADS 1024
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -259,7 +262,9 @@ static int wanted_threads(void) {
 }
 
 static void reset_in_child(void) {
-    /* only the forking thread exists in the child: nobody else can be using the pool */
+    /* only the forking thread exists in the child: nobody else can be using the pool, not even
+     * the thread that was running a job in the parent when another one forked */
+    for (int s = 0; s < MAX_THREADS; ++s) atomic_store_explicit(&shares[s].span, 0, memory_order_relaxed);
     pool.state = UNSTARTED;
     atomic_store(&pool.threads, 0);
     atomic_fetch_add(&pool.epoch, 1);
@@ -334,7 +339,7 @@ void temper_parallel_for(temper_body body, void *data, int64_t extent) {
     /* claim, then wait for the chunks that workers claimed and still run */
     work(0);
     for (unsigned spins = 0; atomic_load(&pool.remaining) != 0; ++spins) {
-        if (spins < 4096)
+        if (spins < CALLER_SPINS)
             cpu_relax();
         else
             sched_yield(); /* the thread running the last chunk may be waiting for this core */
