@@ -119,11 +119,21 @@ def busy_neighbours() -> Iterator[int]:
             proc.wait()
 
 
-def test_correct_next_to_busy_neighbours(library: Path, tmp_path: Path, busy_neighbours: int) -> None:
+def test_correct_next_to_busy_neighbours(
+    library: Path, mlp: Path, tmp_path: Path, busy_neighbours: int, rng: np.random.Generator
+) -> None:
     lib = _load(library, tmp_path, "busy.so")
     for _ in range(20):
         check(lib)
     assert _driver("check", str(library), "10", threads=3)["threads"] == 3
+    module = load(mlp)
+    (spec,) = module.inputs
+    feeds = {spec.name: rng.uniform(-1, 1, spec.shape).astype(np.float32)}
+    expected = _driver_model(mlp, feeds, tmp_path, threads=1)  # one thread: nothing to share
+    for _ in range(50):
+        got = module.run(feeds)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(got[name], value)
 
 
 def test_a_forked_child_starts_a_pool_of_its_own(library: Path) -> None:
@@ -166,11 +176,46 @@ def test_stopping_ends_the_workers_and_the_next_loop_starts_new_ones(
     assert _gone(second)
 
 
-def test_a_collected_module_takes_its_workers_along(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An artifact whose layers run in parallel (each streams a weight matrix too big for one core)."""
+    artifact = tmp_path_factory.mktemp("mlp") / "mlp.temper"
+    compiled = compile_model(builders.mlp(batch=4).SerializeToString(), CompileOptions())
+    assert sum(f"{k['symbol']}.par".encode() in compiled.library for k in compiled.manifest["kernels"]) >= 2
+    compiled.save(artifact)
+    return artifact
+
+
+def test_python_threads_run_modules_at_once(mlp: Path, rng: np.random.Generator) -> None:
+    """Two threads on one Module (its lock serializes them) and one on another Module of the same
+    artifact (a pool of its own) at the same time: every output is the one computed alone."""
+    shared, other = load(mlp), load(mlp)
+    (spec,) = shared.inputs
+    feeds = [{spec.name: rng.uniform(-1, 1, spec.shape).astype(np.float32)} for _ in range(6)]
+    expected = [shared.run(f) for f in feeds]
+    errors: list[BaseException] = []
+
+    def calls(module: object, offset: int) -> None:
+        try:
+            for k in range(40):
+                index = (k + offset) % len(feeds)
+                got = module.run(feeds[index])  # type: ignore[attr-defined]
+                for name, value in expected[index].items():
+                    np.testing.assert_array_equal(got[name], value)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=calls, args=args) for args in ((shared, 0), (shared, 1), (other, 2))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_a_collected_module_takes_its_workers_along(mlp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEMPER_NUM_THREADS", "3")
-    artifact = tmp_path / "mlp.temper"
-    compile_model(builders.mlp().SerializeToString(), CompileOptions()).save(artifact)
-    module = load(artifact)
+    module = load(mlp)
     before = set(workers())
     module.run({spec.name: np.zeros(spec.shape, np.float32) for spec in module.inputs})
     mine = set(workers()) - before
@@ -189,6 +234,19 @@ def test_workers_start_on_the_first_parallel_loop_only(library: Path, tmp_path: 
     assert len(set(workers()) - before) == pool_threads(lib) - 1
 
 
+def _driver_model(
+    artifact: Path, feeds: dict[str, np.ndarray], tmp_path: Path, threads: int
+) -> dict[str, np.ndarray]:
+    """The artifact's outputs on `feeds`, computed in a fresh process on `threads` threads."""
+    np.savez(tmp_path / "in.npz", **feeds)
+    out = tmp_path / f"out{threads}.npz"
+    assert _driver("model", str(artifact), str(tmp_path / "in.npz"), str(out), threads=threads) == {
+        "threads": threads
+    }
+    with np.load(out) as arrays:
+        return dict(arrays)
+
+
 def test_models_give_the_same_bits_on_any_number_of_threads(tmp_path: Path, rng: np.random.Generator) -> None:
     """Chunks change who runs an iteration, never what it computes: outputs are identical bit for bit
     with 1, 2 or 3 threads (and onnxruntime agrees, tests/compiler/test_models.py)."""
@@ -199,14 +257,7 @@ def test_models_give_the_same_bits_on_any_number_of_threads(tmp_path: Path, rng:
     artifact = tmp_path / "model.temper"
     compiled.save(artifact)
     feeds = {spec.name: rng.uniform(-1, 1, spec.shape).astype(np.float32) for spec in load(artifact).inputs}
-    np.savez(tmp_path / "in.npz", **feeds)
-    runs = {}
-    for threads in (1, 2, 3):
-        out = tmp_path / f"out{threads}.npz"
-        result = _driver("model", str(artifact), str(tmp_path / "in.npz"), str(out), threads=threads)
-        assert result == {"threads": threads}
-        with np.load(out) as arrays:
-            runs[threads] = dict(arrays)
+    runs = {threads: _driver_model(artifact, feeds, tmp_path, threads) for threads in (1, 2, 3)}
     for threads in (2, 3):
         assert runs[threads].keys() == runs[1].keys()
         for name, value in runs[1].items():
