@@ -54,7 +54,7 @@ def target() -> Target:
 
 @pytest.fixture(scope="module")
 def tasks() -> list[Task]:
-    # batch 32 x 128 -> 128: the first kernel's default schedule has an OpenMP parallel loop
+    # batch 32 x 128 -> 128: the first kernel's default schedule has a parallel loop
     return extract_tasks(mlp(32, sizes=(128, 128, 8)), CompileOptions())
 
 
