@@ -1,7 +1,7 @@
 """Chaos: tuning jobs run to completion while the API server and the workers are killed with SIGKILL
 over and over, mid-search and mid-confirmation.
 
-    python -m bench.chaos [--kills 10] [--jobs 3] [--trials 48] [--json OUT]
+    python -m bench.chaos [--kills 10] [--jobs 4] [--trials 192] [--json OUT]
 
 One API server (no embedded worker) and two `temper worker` processes share a SQLite database. Every
 few seconds one of them is killed with SIGKILL (server and workers in turn, `--kills` times each) and
@@ -45,15 +45,15 @@ def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _models() -> list[bytes]:
+def _models(count: int) -> list[bytes]:
+    """`count` models with no workload in common (two jobs tuning one workload at once would both
+    measure its candidates: that is concurrency between jobs, not what a kill costs)."""
     from tests.compiler.test_tuning_helpers import small_conv_model
     from tests.models import builders
 
-    return [
-        small_conv_model().SerializeToString(),
-        builders.mlp(batch=1, sizes=(256, 128, 10)).SerializeToString(),
-        builders.mobilenet_v2(image=32, classes=10).SerializeToString(),
-    ]
+    models = [small_conv_model(), builders.mobilenet_v2(image=32, classes=10)]
+    models += [builders.mlp(batch=1, sizes=(256 + 16 * k, 128 + 8 * k, 10 + k)) for k in range(count)]
+    return [m.SerializeToString() for m in models[:count]]
 
 
 def run(kills: int, jobs: int, trials: int, seed: int) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def run(kills: int, jobs: int, trials: int, seed: int) -> dict[str, Any]:
         workers = [_worker(env, logs / f"worker{k}.log") for k in range(2)]
         http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
         job_ids = []
-        for k, model in zip(range(jobs), _models() * jobs, strict=False):
+        for k, model in enumerate(_models(jobs)):
             uploaded = http.post(
                 "/v1/models", files={"file": (f"m{k}.onnx", model, "application/octet-stream")}
             )
@@ -110,7 +110,7 @@ def run(kills: int, jobs: int, trials: int, seed: int) -> dict[str, Any]:
         ):
             if time.monotonic() - started > 3600:
                 break
-            time.sleep(rng.uniform(2.0, 6.0))
+            time.sleep(rng.uniform(3.0, 9.0))
             snapshot()
             if not plan:
                 continue
@@ -124,10 +124,15 @@ def run(kills: int, jobs: int, trials: int, seed: int) -> dict[str, Any]:
                 leftovers += wait_until_empty(sid, 10)
                 server.start()
             else:
-                running = [s for s in states().values() if s.get("state") == "running"]
-                phases[
-                    (running[0].get("progress") or {}).get("phase", "starting") if running else "idle"
-                ] += 1
+                current = list(states().values())
+                running = [s for s in current if s.get("state") == "running"]
+                if not running:  # a worker kill is only worth something while a job runs
+                    if all(s.get("state") in ("succeeded", "failed", "cancelled") for s in current):
+                        plan = [v for v in plan if v != "worker"]
+                    else:
+                        plan.insert(0, victim)
+                    continue
+                phases[(running[0].get("progress") or {}).get("phase", "starting")] += 1
                 k = rng.randrange(len(workers))
                 sid = workers[k].pid
                 os.kill(sid, signal.SIGKILL)
@@ -149,11 +154,13 @@ def run(kills: int, jobs: int, trials: int, seed: int) -> dict[str, Any]:
         server.stop()
         http.close()
     return {
-        "kills": {"server": kills, "worker": kills},
+        "kills": {"server": kills, "worker": sum(phases.values())},
         "worker_kills_by_phase": dict(phases),
         "jobs": len(job_ids),
         "jobs_succeeded": sum(s.get("state") == "succeeded" for s in final.values()),
         "job_states": {k: s.get("state") for k, s in final.items()},
+        "job_attempts": {k: s.get("attempts") for k, s in final.items()},
+        "job_errors": {k: s.get("error") for k, s in final.items() if s.get("error")},
         "records": len(now),
         "records_lost": len(set(seen) - set(now)),
         "traces_measured_twice": duplicates,
@@ -167,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--kills", type=int, default=10, help="SIGKILLs of the server and of workers, each")
-    parser.add_argument("--jobs", type=int, default=3)
-    parser.add_argument("--trials", type=int, default=48)
+    parser.add_argument("--jobs", type=int, default=4)
+    parser.add_argument("--trials", type=int, default=192)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="OUT")
     args = parser.parse_args(argv)
