@@ -20,7 +20,7 @@ import onnx
 
 from compiler.codegen.library import CodeLibrary
 from compiler.errors import CompilerError
-from compiler.frontend.onnx import load_onnx
+from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import run_passes
 from compiler.graph.passes.fuse import print_fused
@@ -61,6 +61,7 @@ class Frontier:
     """Everything built up to code generation (shared by compile and inspect)."""
 
     target: Target
+    onnx_opset: int  # what the model declared (it was converted to a native opset if need be)
     graph: Graph
     optimized: Graph
     passes: list[str]
@@ -92,8 +93,11 @@ def _is_alias(call: Call) -> bool:
 
 def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
     target = parse_target(options.target)
-    # parse, check, bind shapes, fold shape subgraphs
-    graph = load_onnx(model, dict(options.shapes), limits=options.limits, external_data=options.external_data)
+    # parse, check, convert to a native opset, bind shapes, fold shape subgraphs
+    imported = import_model(
+        model, dict(options.shapes), limits=options.limits, external_data=options.external_data
+    )
+    graph = imported.graph
     seen: list[Graph] = [graph]
     fused, passes = run_passes(graph, options.opt_level, lambda _, g: seen.append(g))  # passes + partition
     optimized = seen[-2]  # the graph before partitioning into kernels
@@ -116,7 +120,7 @@ def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
         consts = frozenset(k for k, a in enumerate(node.args) if a.__class__.__name__ == "Const")
         workloads[id(node)] = lower_group(group, name, target, consts)  # compute defs -> naive TIR
         groups.append(node)
-    return Frontier(target, graph, optimized, passes, fused, groups, workloads, aliases)
+    return Frontier(target, imported.opset, graph, optimized, passes, fused, groups, workloads, aliases)
 
 
 def _choice_for(
@@ -174,6 +178,7 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "target": fr.target.to_json(),
         "opt_level": options.opt_level,
+        "onnx_opset": fr.onnx_opset,
         "passes": fr.passes,
         "inputs": [
             {"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs

@@ -177,4 +177,3 @@ def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str
         "steps": steps,
     }
     return plan, bytes(params)
-

@@ -9,14 +9,16 @@ unbound dim in one ShapeError) -> convert node by node, folding whatever is cons
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import helper, numpy_helper
+from onnx import helper, numpy_helper, version_converter
 
 from compiler.errors import CompilerError, ModelError, ShapeError, UnsupportedOpError
 from compiler.frontend import convert_math, convert_nn, convert_tensor, guard
@@ -25,7 +27,10 @@ from compiler.frontend.convert_math import RUNTIME_DTYPES, onnx_dtype_name
 from compiler.graph.ir import DTYPES, Const, Expr, Graph, TensorType, Var
 from compiler.limits import DEFAULT_LIMITS, FOLD_ELEMENTS, Limits
 
-SUPPORTED_OPSETS = range(13, 22)
+# The opsets temper's converters are written for; a model of another opset of the default domain
+# is converted to the nearest of them first (onnx.version_converter), keeping its node names.
+NATIVE_OPSETS = range(13, 22)
+SUPPORTED_OPSETS = range(7, onnx.defs.onnx_opset_version() + 1)
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # The whole mapping ONNX op type -> converter, one table per family.
 CONVERTERS: dict[str, OpConverter] = {
@@ -46,6 +51,12 @@ _NEVER_FOLD = {
 _ALWAYS_CONST = {"Constant", "Shape", "Size"}
 
 
+@dataclass(frozen=True)
+class ImportedModel:
+    graph: Graph
+    opset: int  # the opset of the default domain the file declared (before any conversion)
+
+
 def load_onnx(
     model: bytes | str | os.PathLike[str] | onnx.ModelProto,
     shapes: Mapping[str, Sequence[int]] | None = None,
@@ -56,14 +67,27 @@ def load_onnx(
     """Convert an ONNX model to a graph with static shapes; `shapes` binds dynamic input dims
     (input name -> full dims). `external_data`: read the external data files of a model given as a
     path, from its own directory (a model given as bytes or a proto never reads any file)."""
+    return import_model(model, shapes, limits=limits, external_data=external_data).graph
+
+
+def import_model(
+    model: bytes | str | os.PathLike[str] | onnx.ModelProto,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    external_data: bool = True,
+) -> ImportedModel:
+    """load_onnx, with what the file declared about itself (its opset)."""
     proto = parse_model(model, limits, external_data)
-    opset = _default_opset(proto)
+    declared = _default_opset(proto)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"model fails the ONNX checker: {_first_line(e)}") from None
     except (ValueError, RuntimeError, UnicodeError) as e:  # the checker's other ways of saying no
         raise ModelError(f"model fails the ONNX checker: {type(e).__name__}: {_first_line(e)}") from None
+    proto = to_native_opset(proto, declared)
+    opset = _default_opset(proto)
     try:
         inferred: onnx.GraphProto | None = onnx.shape_inference.infer_shapes(
             proto, check_type=True, strict_mode=True
@@ -77,7 +101,7 @@ def load_onnx(
     if inference_error:
         raise ModelError(f"model fails ONNX shape inference: {inference_error}")
     inputs = bind_inputs(proto.graph, shapes or {})
-    return _convert(proto.graph, inputs, opset, Budget(limits))
+    return ImportedModel(_convert(proto.graph, inputs, opset, Budget(limits)), declared)
 
 
 def _first_line(e: Exception) -> str:
@@ -126,9 +150,43 @@ def _default_opset(proto: onnx.ModelProto) -> int:
     if version not in SUPPORTED_OPSETS:
         raise ModelError(
             f"model uses opset {version} of the default ONNX domain; temper supports opsets "
-            f"{SUPPORTED_OPSETS.start} to {SUPPORTED_OPSETS.stop - 1} (onnx.version_converter can convert it)"
+            f"{SUPPORTED_OPSETS.start} to {SUPPORTED_OPSETS.stop - 1}"
         )
     return version
+
+
+def declared_opset(model: onnx.ModelProto) -> int:
+    """The opset of the default domain the model declares (0 when it declares none)."""
+    return max((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), default=0)
+
+
+def to_native_opset(proto: onnx.ModelProto, declared: int) -> onnx.ModelProto:
+    """The model in the nearest opset temper's converters implement (itself when it is one of them).
+
+    Every node is named first (`Op_index`, its index in the file), so the converter's added nodes
+    change no name the user sees in errors, `inspect`, overrides and the manifest. A node the
+    converter cannot carry over is named in the error."""
+    if declared in NATIVE_OPSETS:
+        return proto
+    target = NATIVE_OPSETS.start if declared < NATIVE_OPSETS.start else NATIVE_OPSETS.stop - 1
+    named = onnx.ModelProto()
+    named.CopyFrom(proto)
+    for i, node in enumerate(named.graph.node):
+        node.name = node_name(node, i)
+    try:
+        converted = version_converter.convert_version(named, target)
+    except Exception as e:  # the converter reports in many ways; say which nodes it stopped at
+        message = _first_line(e)
+        nodes = [
+            node_name(n, i)
+            for i, n in enumerate(named.graph.node)
+            if re.search(rf"\b{re.escape(n.op_type)}\b", message)
+        ]
+        where = f" (node(s) {', '.join(nodes[:8])})" if nodes else ""
+        raise ModelError(
+            f"cannot convert the model from opset {declared} to {target}{where}: {message}"
+        ) from None
+    return converted
 
 
 # ---- the support scan -------------------------------------------------------------------------------

@@ -229,12 +229,12 @@ class ConformanceBackend(TemperBackend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto | bytes, device: str = "CPU", **kwargs: Any) -> TemperBackendRep:
-        from compiler.frontend.onnx import SUPPORTED_OPSETS
+        from compiler.frontend.onnx import NATIVE_OPSETS
 
         if isinstance(model, bytes):
             model = onnx.load_from_string(model)
         kwargs.setdefault("opt_level", OPT_LEVEL)
-        return super().prepare(_relabel_opset(model, SUPPORTED_OPSETS.stop - 1), device, **kwargs)
+        return super().prepare(_relabel_opset(model, NATIVE_OPSETS.stop - 1), device, **kwargs)
 
 
 def _conformance_cases() -> type[unittest.TestCase]:

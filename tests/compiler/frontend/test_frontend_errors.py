@@ -62,7 +62,7 @@ def test_checker_failure_is_a_model_error() -> None:
         load_onnx(model.SerializeToString())
 
 
-@pytest.mark.parametrize("opset", [11, 12, 22])
+@pytest.mark.parametrize("opset", [5, 6, 29, 1000])
 def test_unsupported_opset_is_named(opset: int) -> None:
     x = helper.make_tensor_value_info("x", FLOAT, [2])
     y = helper.make_tensor_value_info("y", FLOAT, [2])

@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from compiler.errors import ShapeError, UnsupportedOpError
-from compiler.frontend.onnx import CONVERTERS, SUPPORTED_OPSETS, load_onnx
+from compiler.frontend.onnx import CONVERTERS, NATIVE_OPSETS, load_onnx
 from compiler.graph.interpret import run_graph
 from tests.compiler.frontend.onnx_check import run_ort
 
@@ -47,7 +47,7 @@ def _claimed(model: onnx.ModelProto) -> bool:
     versions = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     return (
         bool(versions)
-        and max(versions) in SUPPORTED_OPSETS
+        and max(versions) in NATIVE_OPSETS
         and all(n.op_type in CONVERTERS and n.domain in ("", "ai.onnx") for n in model.graph.node)
     )
 
