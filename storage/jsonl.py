@@ -328,7 +328,7 @@ def _record(obj: dict[str, Any], source: str, number: int) -> TuningRecord:
     if not isinstance(run_secs, list) or not all(_is_seconds(s) for s in run_secs):
         raise bad("'run_secs' must be a list of non-negative finite numbers")
     error_kind = obj["error_kind"]
-    if error_kind is not None and error_kind not in {kind.value for kind in ErrorKind}:
+    if error_kind is not None and (not isinstance(error_kind, str) or error_kind not in set(ErrorKind)):
         raise bad(f"'error_kind' must be null or one of {_ERROR_KINDS}, not {error_kind!r}")
     for name in ("error_message", "temper_version"):
         if not _is_text(obj[name]):

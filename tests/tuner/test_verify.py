@@ -160,6 +160,8 @@ def test_a_workload_description_must_be_of_its_key(db: SqlDatabase, task: Task, 
         ({"temper_version": "\ud800"}, "UTF-8"),
         ({"error_message": "nul\x00byte"}, "UTF-8"),
         ({"target_key": "t" * 300}, "255"),
+        ({"error_kind": {"a": 1}}, "error_kind"),
+        ({"error_kind": ["crash"]}, "error_kind"),
     ],
 )
 def test_malformed_records_are_refused_on_import(
