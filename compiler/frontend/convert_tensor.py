@@ -199,6 +199,16 @@ def _gather(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit("gather", [data, indices], axis=axis)]
 
 
+def _gather_nd(ctx: NodeContext) -> Sequence[Expr]:
+    return [ctx.emit("gather_nd", [ctx.arg(0), ctx.arg(1)], batch_dims=int(ctx.attr("batch_dims", 0)))]
+
+
+def _gather_elements(ctx: NodeContext) -> Sequence[Expr]:
+    data = ctx.arg(0)
+    axis = _axis(ctx, ctx.attr("axis", 0), data.type.ndim)
+    return [ctx.emit("gather_elements", [data, ctx.arg(1)], axis=axis)]
+
+
 def _expand(ctx: NodeContext) -> Sequence[Expr]:
     x = ctx.arg(0)
     shape = ctx.ints(1, "Expand shape")
@@ -383,6 +393,8 @@ CONVERTERS: dict[str, OpConverter] = {
     "Slice": OpConverter(_slice),
     "Split": OpConverter(_split),
     "Gather": OpConverter(_gather),
+    "GatherND": OpConverter(_gather_nd),
+    "GatherElements": OpConverter(_gather_elements),
     "Expand": OpConverter(_expand),
     "Tile": OpConverter(_tile),
     "Pad": OpConverter(_pad, _check_pad),

@@ -9,6 +9,7 @@ from compiler.ops import (  # noqa: F401  (imported to register their ops)
     conv2d,
     conv_transpose,
     elementwise,
+    gather,
     matmul,
     norm,
     pool,

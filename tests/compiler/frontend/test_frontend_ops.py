@@ -334,6 +334,30 @@ case("Split_num_outputs", "Split", {"x": lambda: randn(7, 2)}, n_outputs=3, opse
 case("Gather_const", "Gather", {"x": lambda: randn(5, 3)}, {"i": ints(0, -1, 2, -5)})
 case("Gather_scalar_axis1", "Gather", {"x": lambda: randn(2, 5, 3)}, {"i": ints(-2).reshape(())}, axis=1)
 case("Gather_runtime", "Gather", {"x": lambda: randn(6, 4), "i": lambda: np.array([[0, 5], [-1, 2]], I64)})
+case(
+    "GatherND_runtime",
+    "GatherND",
+    {"x": lambda: randn(4, 5, 3), "i": lambda: np.array([[0, 1], [3, -1], [2, 4]], I64)},
+)
+case("GatherND_scalars", "GatherND", {"x": lambda: randn(3, 4)}, {"i": ints(0, 1, 2, -1, 1, 3).reshape(3, 2)})
+case(
+    "GatherND_batch_dims",
+    "GatherND",
+    {"x": lambda: randn(2, 4, 3), "i": lambda: np.array([[[1], [3]], [[0], [-2]]], I64)},
+    batch_dims=1,
+)
+case(
+    "GatherElements_runtime",
+    "GatherElements",
+    {"x": lambda: randn(3, 4), "i": lambda: np.array([[0, 3], [-1, 1], [2, -4]], I64)},
+    axis=1,
+)
+case(
+    "GatherElements_axis0",
+    "GatherElements",
+    {"x": lambda: randn(3, 4)},
+    {"i": ints(2, 0, 1, 1, 0, 2).reshape(2, 3)},
+)
 case("Expand", "Expand", {"x": lambda: randn(3, 1)}, {"s": ints(2, 1, 4)})
 case("Expand_bidirectional", "Expand", {"x": lambda: randn(2, 1, 5)}, {"s": ints(3, 1)})
 case("Tile", "Tile", {"x": lambda: randn(2, 3)}, {"r": ints(2, 3)})
