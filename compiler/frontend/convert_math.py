@@ -172,6 +172,21 @@ def _check_cast(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> 
     return None
 
 
+def _with_floats(op: str, **defaults: float) -> Converter:
+    """An activation whose ONNX float attributes (with their defaults) become the op's attributes."""
+
+    def convert(ctx: NodeContext) -> Sequence[Expr]:
+        attrs = {k: float(ctx.attr(k, v)) for k, v in defaults.items()}
+        return [ctx.emit(op, [ctx.arg(0)], **attrs)]
+
+    return convert
+
+
+def _isinf(ctx: NodeContext) -> Sequence[Expr]:
+    flags = {k: int(ctx.attr(k, 1)) for k in ("detect_positive", "detect_negative")}
+    return [ctx.emit("isinf", [ctx.arg(0)], **flags)]
+
+
 CONVERTERS: dict[str, OpConverter] = {
     **{onnx_op: OpConverter(_unary(op)) for onnx_op, op in _UNARY.items()},
     **{onnx_op: OpConverter(_binary(op)) for onnx_op, op in _BINARY.items()},
@@ -179,6 +194,21 @@ CONVERTERS: dict[str, OpConverter] = {
     "HardSigmoid": OpConverter(_hard_sigmoid),
     "Gelu": OpConverter(_gelu),
     "Clip": OpConverter(_clip),
+    "Softplus": OpConverter(_unary("softplus")),
+    "Mish": OpConverter(_unary("mish")),
+    "Softsign": OpConverter(_unary("softsign")),
+    "Elu": OpConverter(_with_floats("elu", alpha=1.0)),
+    "Celu": OpConverter(_with_floats("celu", alpha=1.0)),
+    "Selu": OpConverter(
+        _with_floats("selu", alpha=1.67326319217681884765625, gamma=1.05070102214813232421875)
+    ),
+    "ThresholdedRelu": OpConverter(_with_floats("thresholded_relu", alpha=1.0)),
+    "Floor": OpConverter(_unary("floor")),
+    "Ceil": OpConverter(_unary("ceil")),
+    "Round": OpConverter(_unary("round")),
+    "Sign": OpConverter(_unary("sign")),
+    "IsNaN": OpConverter(_unary("isnan")),
+    "IsInf": OpConverter(_isinf),
     "Cast": OpConverter(_cast, _check_cast),
     "CastLike": OpConverter(_cast_like),
     "Min": OpConverter(_variadic("minimum")),

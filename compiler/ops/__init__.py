@@ -5,6 +5,7 @@ and their attributes).
 """
 
 from compiler.ops import (  # noqa: F401  (imported to register their ops)
+    activation,
     binary,
     conv2d,
     conv_transpose,

@@ -48,6 +48,17 @@ def case(name: str, op: str, inputs: dict[str, Any], consts: dict[str, Any] | No
 for onnx_op in ("Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Relu", "Erf", "HardSwish"):
     case(onnx_op, onnx_op, {"x": lambda: randn(2, 3, 4) * 3})
 case("Log", "Log", {"x": lambda: positive(3, 4)})
+WIDE = f(-60.0, -20.0, -2.5, -0.5, 0.0, 0.5, 1.5, 2.5, 20.0, 90.0)  # softplus must not overflow at 90
+for onnx_op in ("Softplus", "Softsign", "Floor", "Ceil", "Round", "Sign"):
+    case(onnx_op, onnx_op, {"x": lambda: np.concatenate([WIDE, randn(14) * 3])})
+case("Mish", "Mish", {"x": lambda: np.concatenate([WIDE, randn(14) * 3])}, opset=18)
+case("Elu", "Elu", {"x": lambda: randn(3, 5) * 3}, alpha=0.5)
+case("Celu", "Celu", {"x": lambda: randn(3, 5) * 3}, alpha=2.0)
+case("Selu", "Selu", {"x": lambda: randn(3, 5) * 3})
+case("ThresholdedRelu", "ThresholdedRelu", {"x": lambda: randn(3, 5) * 3}, alpha=0.7)
+case("IsNaN", "IsNaN", {"x": lambda: f(0.0, np.nan, -np.inf, np.inf, 1.0, -np.nan)})
+case("IsInf", "IsInf", {"x": lambda: f(0.0, np.nan, -np.inf, np.inf, 1e38, -1.0)})
+case("IsInf_positive", "IsInf", {"x": lambda: f(0.0, np.nan, -np.inf, np.inf)}, detect_negative=0)
 case("Sqrt", "Sqrt", {"x": lambda: positive(3, 4)})
 case("Reciprocal", "Reciprocal", {"x": lambda: positive(3, 4)})
 case("Sigmoid_large", "Sigmoid", {"x": lambda: f(-100.0, -20.0, 0.0, 20.0, 100.0)})
