@@ -343,7 +343,29 @@ def _reduce(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit(base, [x], **kw)]
 
 
+def _arg_extreme(ctx: NodeContext) -> Sequence[Expr]:
+    """ArgMax / ArgMin from reductions temper has: the extreme value along the axis, then the first
+    (or, with select_last_index, the last) position that holds it."""
+    x = ctx.arg(0)
+    axis = norm_axis(int(ctx.attr("axis", 0)), x.type.ndim)
+    keepdims = int(ctx.attr("keepdims", 1))
+    n = x.type.shape[axis]
+    source = x if ctx.op_type == "ArgMax" else ctx.emit("neg", [x])
+    extreme = ctx.emit("reduce_max", [source], axes=(axis,), keepdims=1)
+    hit = ctx.emit("equal", [source, extreme])
+    view = [1] * x.type.ndim
+    view[axis] = n
+    positions = ctx.new_const(np.arange(n, dtype=np.int64).reshape(view), name=f"{ctx.name}.positions")
+    if ctx.attr("select_last_index", 0):
+        chosen = ctx.emit("where", [hit, positions, ctx.new_const(np.int64(-1))])
+        return [ctx.emit("reduce_max", [chosen], axes=(axis,), keepdims=keepdims)]
+    chosen = ctx.emit("where", [hit, ctx.emit("neg", [positions]), ctx.new_const(np.int64(-n))])
+    return [ctx.emit("neg", [ctx.emit("reduce_max", [chosen], axes=(axis,), keepdims=keepdims)])]
+
+
 CONVERTERS: dict[str, OpConverter] = {
+    "ArgMax": OpConverter(_arg_extreme),
+    "ArgMin": OpConverter(_arg_extreme),
     "Conv": OpConverter(_conv, _check_window),
     "ConvTranspose": OpConverter(_conv_transpose, _check_window),
     "MaxPool": OpConverter(_pool, _check_pool),

@@ -149,12 +149,23 @@ def reduce_sum(source: Expr, axes: Sequence[IterVar]) -> Reduce:
     return Reduce("sum", source, tuple(axes), FloatImm(0.0, source.dtype))
 
 
+def _lowest(dtype: str, sign: int) -> Expr:
+    """The identity of max (sign -1) or min (sign 1): an infinity for floats, the extreme integer
+    of the dtype for integers (which have no infinity)."""
+    if dtype.startswith("float"):
+        return FloatImm(sign * float("inf"), dtype)
+    bits = {"int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8, "bool": 1}.get(dtype, 64)
+    if dtype.startswith("uint") or dtype == "bool":
+        return IntImm(0 if sign < 0 else (1 << bits) - 1, dtype)
+    return IntImm(-(1 << (bits - 1)) if sign < 0 else (1 << (bits - 1)) - 1, dtype)
+
+
 def reduce_max(source: Expr, axes: Sequence[IterVar]) -> Reduce:
-    return Reduce("max", source, tuple(axes), FloatImm(float("-inf"), source.dtype))
+    return Reduce("max", source, tuple(axes), _lowest(source.dtype, -1))
 
 
 def reduce_min(source: Expr, axes: Sequence[IterVar]) -> Reduce:
-    return Reduce("min", source, tuple(axes), FloatImm(float("inf"), source.dtype))
+    return Reduce("min", source, tuple(axes), _lowest(source.dtype, 1))
 
 
 # ------------------------------------------------------------------------ expression sugar
