@@ -294,6 +294,45 @@ def _layer_norm(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit("layer_norm", [x, scale, bias], axis=axis, epsilon=float(ctx.attr("epsilon", 1e-5)))]
 
 
+def _normalize_groups(ctx: NodeContext, x: Expr, groups: int, epsilon: float) -> Expr:
+    """x [N, C, ...] normalized over each of `groups` groups of channels (with their spatial dims),
+    without an affine: layer_norm over the flattened group, then back to x's shape."""
+    n, c = x.type.shape[0], x.type.shape[1]
+    if groups < 1 or c % groups:
+        raise ctx.error(f"{c} channels do not split into {groups} groups")
+    per_group = x.type.size // (n * groups)
+    flat = ctx.emit("reshape", [x], shape=(n, groups, per_group))
+    ones = ctx.new_const(np.ones(per_group, np.float32), name=f"{ctx.name}.ones")
+    zeros = ctx.new_const(np.zeros(per_group, np.float32), name=f"{ctx.name}.zeros")
+    normed = ctx.emit("layer_norm", [flat, ones, zeros], axis=2, epsilon=epsilon)
+    return ctx.emit("reshape", [normed], shape=x.type.shape)
+
+
+def _channel_affine(ctx: NodeContext, y: Expr, scale: Expr, bias: Expr) -> Expr:
+    """y * scale[c] + bias[c] with the per-channel vectors broadcast along N and the spatial dims."""
+    view = (1, y.type.shape[1], *([1] * (y.type.ndim - 2)))
+    scaled = ctx.emit("mul", [y, ctx.emit("reshape", [scale], shape=view)])
+    return ctx.emit("add", [scaled, ctx.emit("reshape", [bias], shape=view)])
+
+
+def _instance_norm(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    if x.type.ndim < 3:
+        raise ctx.error(f"InstanceNormalization needs rank >= 3, got {list(x.type.shape)}")
+    y = _normalize_groups(ctx, x, x.type.shape[1], float(ctx.attr("epsilon", 1e-5)))
+    return [_channel_affine(ctx, y, ctx.arg(1), ctx.arg(2))]
+
+
+def _group_norm(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    groups = int(ctx.attr("num_groups", 0))
+    if x.type.ndim < 3:
+        raise ctx.error(f"GroupNormalization needs rank >= 3, got {list(x.type.shape)}")
+    y = _normalize_groups(ctx, x, groups, float(ctx.attr("epsilon", 1e-5)))
+    # opset 21's per-channel scale and bias (18's per-group form is deprecated: the checker refuses it)
+    return [_channel_affine(ctx, y, ctx.arg(1), ctx.arg(2))]
+
+
 def _check_layer_norm(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
     if any(o in info.used for o in node.output[1:]):
         return "LayerNormalization Mean / InvStdDev outputs"
@@ -376,6 +415,8 @@ CONVERTERS: dict[str, OpConverter] = {
     "Gemm": OpConverter(_gemm),
     "BatchNormalization": OpConverter(_batch_norm, _check_batch_norm),
     "LayerNormalization": OpConverter(_layer_norm, _check_layer_norm),
+    "InstanceNormalization": OpConverter(_instance_norm),
+    "GroupNormalization": OpConverter(_group_norm),
     "Softmax": OpConverter(_softmax("softmax")),
     "LogSoftmax": OpConverter(_softmax("log_softmax")),
     **{

@@ -37,7 +37,11 @@ def make_model(
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION[opset]
     )
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    for out in inferred.graph.output:  # ops defined as functions (GroupNormalization) stay untyped:
+        if not out.type.HasField("tensor_type"):  # those keep their first input's type and shape
+            out.type.CopyFrom(inferred.graph.input[0].type)
+    return inferred
 
 
 def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

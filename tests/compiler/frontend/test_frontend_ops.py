@@ -56,6 +56,21 @@ case("Elu", "Elu", {"x": lambda: randn(3, 5) * 3}, alpha=0.5)
 case("Celu", "Celu", {"x": lambda: randn(3, 5) * 3}, alpha=2.0)
 case("Selu", "Selu", {"x": lambda: randn(3, 5) * 3})
 case("ThresholdedRelu", "ThresholdedRelu", {"x": lambda: randn(3, 5) * 3}, alpha=0.7)
+case(
+    "InstanceNormalization",
+    "InstanceNormalization",
+    {"x": lambda: randn(2, 3, 4, 5) * 2 + 1},
+    {"s": f(0.5, 1.0, 2.0), "b": f(0.1, -0.2, 0.3)},
+    epsilon=1e-4,
+)
+case(
+    "GroupNormalization_per_channel",
+    "GroupNormalization",
+    {"x": lambda: randn(2, 6, 3, 3) * 2 + 1},
+    {"s": f(0.5, 1, 2, 1.5, 0.7, 1.1), "b": f(0.1, -0.2, 0, 0.3, 0.2, -0.1)},
+    num_groups=3,
+    opset=21,
+)
 TIES = f(1, 3, 3, 0, 2, 2, 0, 0, 5, 1, 5, 4).reshape(3, 4)
 case("ArgMax", "ArgMax", {"x": lambda: randn(3, 5, 4)}, axis=1)
 case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepdims=0)
