@@ -209,6 +209,13 @@ def _gather_elements(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit("gather_elements", [data, ctx.arg(1)], axis=axis)]
 
 
+def _cumsum(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    (axis,) = ctx.ints(1, "CumSum axis") or [0]
+    flags = {k: int(ctx.attr(k, 0)) for k in ("exclusive", "reverse")}
+    return [ctx.emit("cumsum", [x], axis=_axis(ctx, axis, x.type.ndim), **flags)]
+
+
 def _expand(ctx: NodeContext) -> Sequence[Expr]:
     x = ctx.arg(0)
     shape = ctx.ints(1, "Expand shape")
@@ -394,6 +401,7 @@ CONVERTERS: dict[str, OpConverter] = {
     "Split": OpConverter(_split),
     "Gather": OpConverter(_gather),
     "GatherND": OpConverter(_gather_nd),
+    "CumSum": OpConverter(_cumsum),
     "GatherElements": OpConverter(_gather_elements),
     "Expand": OpConverter(_expand),
     "Tile": OpConverter(_tile),

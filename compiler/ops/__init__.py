@@ -16,6 +16,7 @@ from compiler.ops import (  # noqa: F401  (imported to register their ops)
     pool,
     reduce,
     resize,
+    scan,
     softmax,
     transform,
 )

@@ -146,7 +146,8 @@ def tensor_scope() -> Iterator[dict[Buffer, Tensor]]:
 
 
 def reduce_sum(source: Expr, axes: Sequence[IterVar]) -> Reduce:
-    return Reduce("sum", source, tuple(axes), FloatImm(0.0, source.dtype))
+    zero = FloatImm(0.0, source.dtype) if source.dtype.startswith("float") else IntImm(0, source.dtype)
+    return Reduce("sum", source, tuple(axes), zero)
 
 
 def _lowest(dtype: str, sign: int) -> Expr:

@@ -71,6 +71,15 @@ case(
     num_groups=3,
     opset=21,
 )
+for flags in ({}, {"exclusive": 1}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}):
+    suffix = "_".join(flags) or "plain"
+    case(f"CumSum_{suffix}", "CumSum", {"x": lambda: randn(3, 7, 2)}, {"a": ints(1).reshape(())}, **flags)
+case(
+    "CumSum_mask_positions",
+    "CumSum",
+    {"m": lambda: np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], I64)},
+    {"a": ints(-1).reshape(())},
+)
 TIES = f(1, 3, 3, 0, 2, 2, 0, 0, 5, 1, 5, 4).reshape(3, 4)
 case("ArgMax", "ArgMax", {"x": lambda: randn(3, 5, 4)}, axis=1)
 case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepdims=0)
