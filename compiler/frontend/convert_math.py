@@ -182,6 +182,10 @@ def _with_floats(op: str, **defaults: float) -> Converter:
     return convert
 
 
+def _mod(ctx: NodeContext) -> Sequence[Expr]:
+    return [ctx.emit("mod", [ctx.arg(0), ctx.arg(1)], fmod=int(ctx.attr("fmod", 0)))]
+
+
 def _isinf(ctx: NodeContext) -> Sequence[Expr]:
     flags = {k: int(ctx.attr(k, 1)) for k in ("detect_positive", "detect_negative")}
     return [ctx.emit("isinf", [ctx.arg(0)], **flags)]
@@ -209,6 +213,7 @@ CONVERTERS: dict[str, OpConverter] = {
     "Sign": OpConverter(_unary("sign")),
     "IsNaN": OpConverter(_unary("isnan")),
     "IsInf": OpConverter(_isinf),
+    "Mod": OpConverter(_mod),
     "Cast": OpConverter(_cast, _check_cast),
     "CastLike": OpConverter(_cast_like),
     "Min": OpConverter(_variadic("minimum")),

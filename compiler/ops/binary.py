@@ -24,7 +24,7 @@ from compiler.ops.common import (
 )
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Expr
+from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm
 
 
 def binary_infer(op: str, allowed: Sequence[str], out_dtype: str | None = None) -> Callable[..., TensorType]:
@@ -167,6 +167,49 @@ def _prelu_compute(
     return te.compute(out.shape, body, name, tag="broadcast", dtype=out.dtype)
 
 
+def _mod(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x, y = a
+    if attrs.get("fmod", 0):
+        return np.fmod(x, y).astype(x.dtype)
+    return np.mod(x, y).astype(x.dtype)
+
+
+def _mod_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    out = binary_infer("mod", NUMERIC)(types, attrs)
+    if out.dtype.startswith("float") and not attrs.get("fmod", 0):
+        raise fail("mod of floats needs fmod=1 (the sign of the dividend), as ONNX says")
+    return out
+
+
+def _mod_expr(x: Expr, y: Expr, fmod: bool) -> Expr:
+    """fmod: the remainder with the dividend's sign (C's fmod); else the divisor's (Python's %)."""
+    if x.dtype.startswith("float"):
+        q = te.div(x, y)
+        zero = FloatImm(0.0, x.dtype)
+        truncated = te.select(BinOp("<", q, zero), te.call("ceil", q), te.call("floor", q))
+        return te.sub(x, te.mul(truncated, y))
+    floor_mod = BinOp("%", x, y)  # the IR's % is floor modulo: the divisor's sign
+    if not fmod:
+        return floor_mod
+    zero = IntImm(0, x.dtype)
+    signs_differ = BinOp("!=", BinOp("<", floor_mod, zero), BinOp("<", x, zero))
+    return te.select(
+        BinOp("and", BinOp("!=", floor_mod, zero), signs_differ), te.sub(floor_mod, y), floor_mod
+    )
+
+
+def _mod_compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
+    a, b = inputs
+    fmod = bool(attrs.get("fmod", 0))
+    return te.compute(
+        out.shape,
+        lambda *i: _mod_expr(_bcast(a, out, i), _bcast(b, out, i), fmod),
+        name,
+        tag="broadcast",
+        dtype=out.dtype,
+    )
+
+
 BINARY_COMPUTES: dict[str, Callable[[Expr, Expr], Expr]] = {
     "add": te.add,
     "sub": te.sub,
@@ -265,5 +308,7 @@ register(
 )
 # where(cond: bool, a, b): a where cond else b, all three broadcast together
 register(OpDef("where", Pattern.BROADCAST, _where_infer, _where, compute=_where_compute))
+# mod(x, y), attrs: fmod (0: the divisor's sign, integers only; 1: the dividend's sign)
+register(OpDef("mod", Pattern.BROADCAST, _mod_infer, _mod, compute=_mod_compute))
 # prelu(x, slope): slope broadcasts to x's shape
 register(OpDef("prelu", Pattern.BROADCAST, _prelu_infer, _prelu, compute=_prelu_compute))

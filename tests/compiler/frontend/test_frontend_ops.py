@@ -80,6 +80,20 @@ case(
     {"m": lambda: np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], I64)},
     {"a": ints(-1).reshape(())},
 )
+SIGNED = np.array([-7, -6, -1, 0, 1, 5, 7, 9], I64)
+case("Mod_int", "Mod", {"x": lambda: SIGNED, "y": lambda: np.array([3, -3, 4, -4, 3, -2, 2, -5], I64)})
+case(
+    "Mod_int_fmod",
+    "Mod",
+    {"x": lambda: SIGNED, "y": lambda: np.array([3, -3, 4, -4, 3, -2, 2, -5], I64)},
+    fmod=1,
+)
+case(
+    "Mod_float_fmod",
+    "Mod",
+    {"x": lambda: randn(3, 4) * 5, "y": lambda: positive(3, 4) * np.sign(randn(3, 4))},
+    fmod=1,
+)
 TIES = f(1, 3, 3, 0, 2, 2, 0, 0, 5, 1, 5, 4).reshape(3, 4)
 case("ArgMax", "ArgMax", {"x": lambda: randn(3, 5, 4)}, axis=1)
 case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepdims=0)
