@@ -216,6 +216,20 @@ def _cumsum(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit("cumsum", [x], axis=_axis(ctx, axis, x.type.ndim), **flags)]
 
 
+def _trilu(ctx: NodeContext) -> Sequence[Expr]:
+    """Trilu as a constant mask of its last two dims: where(mask, x, 0)."""
+    x = ctx.arg(0)
+    if x.type.ndim < 2:
+        raise ctx.error(f"Trilu needs rank >= 2, got {list(x.type.shape)}")
+    (k,) = ctx.ints(1, "Trilu k") or [0]
+    rows, cols = x.type.shape[-2:]
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # j - i
+    keep = offset >= k if ctx.attr("upper", 1) else offset <= k
+    mask = ctx.new_const(keep, name=f"{ctx.name}.mask")
+    zero = ctx.new_const(np.zeros((), dtype=x.type.dtype), name=f"{ctx.name}.zero")
+    return [ctx.emit("where", [mask, x, zero])]
+
+
 def _expand(ctx: NodeContext) -> Sequence[Expr]:
     x = ctx.arg(0)
     shape = ctx.ints(1, "Expand shape")
@@ -402,6 +416,7 @@ CONVERTERS: dict[str, OpConverter] = {
     "Gather": OpConverter(_gather),
     "GatherND": OpConverter(_gather_nd),
     "CumSum": OpConverter(_cumsum),
+    "Trilu": OpConverter(_trilu),
     "GatherElements": OpConverter(_gather_elements),
     "Expand": OpConverter(_expand),
     "Tile": OpConverter(_tile),

@@ -94,6 +94,9 @@ case(
     {"x": lambda: randn(3, 4) * 5, "y": lambda: positive(3, 4) * np.sign(randn(3, 4))},
     fmod=1,
 )
+case("Trilu_upper", "Trilu", {"x": lambda: randn(2, 4, 5)})
+case("Trilu_lower_k", "Trilu", {"x": lambda: randn(4, 5)}, {"k": ints(-1).reshape(())}, upper=0)
+case("Trilu_upper_k", "Trilu", {"x": lambda: randn(3, 5)}, {"k": ints(2).reshape(())}, upper=1)
 TIES = f(1, 3, 3, 0, 2, 2, 0, 0, 5, 1, 5, 4).reshape(3, 4)
 case("ArgMax", "ArgMax", {"x": lambda: randn(3, 5, 4)}, axis=1)
 case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepdims=0)
