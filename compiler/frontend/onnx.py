@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper, version_converter
 
 from compiler.errors import CompilerError, ModelError, ShapeError, UnsupportedOpError
-from compiler.frontend import convert_math, convert_nn, convert_tensor, guard
+from compiler.frontend import convert_einsum, convert_math, convert_nn, convert_tensor, guard
 from compiler.frontend.context import Budget, NodeContext, OpConverter, ScanInfo, decode_attribute
 from compiler.frontend.convert_math import RUNTIME_DTYPES, onnx_dtype_name
 from compiler.graph.ir import DTYPES, Const, Expr, Graph, TensorType, Var
@@ -37,6 +37,7 @@ CONVERTERS: dict[str, OpConverter] = {
     **convert_math.CONVERTERS,
     **convert_nn.CONVERTERS,
     **convert_tensor.CONVERTERS,
+    **convert_einsum.CONVERTERS,
 }
 # Ops never folded even when their inputs are constant.
 _NEVER_FOLD = {

@@ -272,3 +272,22 @@ def test_type_errors_are_model_errors() -> None:
 def test_unsupported_nodes_are_reported_before_inference_errors() -> None:
     with pytest.raises(UnsupportedOpError, match="Hardmax"):
         load_onnx(type_clash_model([helper.make_node("Hardmax", ["s"], ["y"], name="hm")]))
+
+
+@pytest.mark.parametrize(
+    ("equation", "shapes", "out", "words"),
+    [
+        ("ii->i", [[3, 3]], ["a"], "diagonal"),
+        ("ij,jk,kl->il", [[2, 3], [3, 4], [4, 5]], ["a", "b"], "3 operands"),
+    ],
+)
+def test_einsums_temper_cannot_lower_are_named(
+    equation: str, shapes: list[list[int]], out: list[str], words: str
+) -> None:
+    inputs = [helper.make_tensor_value_info(f"x{i}", FLOAT, s) for i, s in enumerate(shapes)]
+    node = helper.make_node("Einsum", [v.name for v in inputs], ["y"], equation=equation, name="the_einsum")
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", FLOAT, out)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(ShapeError, match=words) as info:
+        load_onnx(model.SerializeToString())
+    assert "the_einsum" in str(info.value)

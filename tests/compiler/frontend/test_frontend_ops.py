@@ -97,6 +97,27 @@ case(
 case("Trilu_upper", "Trilu", {"x": lambda: randn(2, 4, 5)})
 case("Trilu_lower_k", "Trilu", {"x": lambda: randn(4, 5)}, {"k": ints(-1).reshape(())}, upper=0)
 case("Trilu_upper_k", "Trilu", {"x": lambda: randn(3, 5)}, {"k": ints(2).reshape(())}, upper=1)
+EINSUMS = {
+    "attention_scores": ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)),
+    "attention_values": ("bhqk,bhkd->bhqd", (2, 3, 4, 6), (2, 3, 6, 5)),
+    "batched": ("bij,bjk->bik", (2, 3, 4), (2, 4, 5)),
+    "ellipsis": ("...ij,...jk->...ik", (2, 3, 4), (2, 4, 5)),
+    "implicit": ("ij,jk", (3, 4), (4, 5)),
+    "matvec": ("ij,j->i", (3, 4), (4,)),
+    "dot": ("i,i->", (6,), (6,)),
+    "outer": ("i,j->ij", (3,), (4,)),
+    "sum_out_first": ("ijk,kl->il", (2, 3, 4), (4, 5)),
+    "transposed_out": ("bij,bkj->kbi", (2, 3, 4), (2, 5, 4)),
+}
+for label, (eq, sa, sb) in EINSUMS.items():
+    case(
+        f"Einsum_{label}",
+        "Einsum",
+        {"a": lambda sa=sa: randn(*sa), "b": lambda sb=sb: randn(*sb)},
+        equation=eq,
+    )
+case("Einsum_transpose", "Einsum", {"a": lambda: randn(2, 3, 4)}, equation="ijk->kij")
+case("Einsum_sum", "Einsum", {"a": lambda: randn(2, 3, 4)}, equation="ijk->j")
 TIES = f(1, 3, 3, 0, 2, 2, 0, 0, 5, 1, 5, 4).reshape(3, 4)
 case("ArgMax", "ArgMax", {"x": lambda: randn(3, 5, 4)}, axis=1)
 case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepdims=0)
