@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from compiler.errors import ShapeError
-from compiler.frontend.context import NodeContext, OpConverter, ScanInfo
+from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanInfo
 from compiler.graph.ir import Const, Expr
 from compiler.ops.common import broadcast_shapes, norm_axis
 
@@ -214,6 +214,19 @@ def _cumsum(ctx: NodeContext) -> Sequence[Expr]:
     (axis,) = ctx.ints(1, "CumSum axis") or [0]
     flags = {k: int(ctx.attr(k, 0)) for k in ("exclusive", "reverse")}
     return [ctx.emit("cumsum", [x], axis=_axis(ctx, axis, x.type.ndim), **flags)]
+
+
+def _scatter(op: str) -> Converter:
+    """ScatterND / ScatterElements (a `mul` reduction is refused by the op, naming it)."""
+
+    def convert(ctx: NodeContext) -> Sequence[Expr]:
+        data, indices, updates = ctx.arg(0), ctx.arg(1), ctx.arg(2)
+        attrs: dict[str, Any] = {"reduction": str(ctx.attr("reduction", "none"))}
+        if op == "scatter_elements":
+            attrs["axis"] = _axis(ctx, ctx.attr("axis", 0), data.type.ndim)
+        return [ctx.emit(op, [data, indices, updates], **attrs)]
+
+    return convert
 
 
 def _trilu(ctx: NodeContext) -> Sequence[Expr]:
@@ -417,6 +430,8 @@ CONVERTERS: dict[str, OpConverter] = {
     "GatherND": OpConverter(_gather_nd),
     "CumSum": OpConverter(_cumsum),
     "Trilu": OpConverter(_trilu),
+    "ScatterND": OpConverter(_scatter("scatter_nd")),
+    "ScatterElements": OpConverter(_scatter("scatter_elements")),
     "GatherElements": OpConverter(_gather_elements),
     "Expand": OpConverter(_expand),
     "Tile": OpConverter(_tile),

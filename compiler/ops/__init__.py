@@ -17,6 +17,7 @@ from compiler.ops import (  # noqa: F401  (imported to register their ops)
     reduce,
     resize,
     scan,
+    scatter,
     softmax,
     transform,
 )

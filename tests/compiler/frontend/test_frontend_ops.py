@@ -118,6 +118,41 @@ for label, (eq, sa, sb) in EINSUMS.items():
     )
 case("Einsum_transpose", "Einsum", {"a": lambda: randn(2, 3, 4)}, equation="ijk->kij")
 case("Einsum_sum", "Einsum", {"a": lambda: randn(2, 3, 4)}, equation="ijk->j")
+SCATTER_ND = np.array([[0, 1], [2, -1], [1, 0]], I64)
+for reduction in ("none", "add", "max", "min"):
+    case(
+        f"ScatterND_{reduction}",
+        "ScatterND",
+        {"x": lambda: randn(3, 4, 2), "i": lambda: SCATTER_ND, "u": lambda: randn(3, 2)},
+        opset=18,
+        reduction=reduction,
+    )
+    case(
+        f"ScatterElements_{reduction}",
+        "ScatterElements",
+        {
+            "x": lambda: randn(3, 5),
+            "i": lambda: np.array([[1, 4, 0], [-1, 2, 3]], I64),
+            "u": lambda: randn(2, 3),
+        },
+        opset=18,
+        axis=1,
+        reduction=reduction,
+    )
+case(
+    "ScatterND_rows",
+    "ScatterND",
+    {"x": lambda: randn(4, 3), "u": lambda: randn(2, 3)},
+    {"i": np.array([[3], [1]], I64)},
+    input_order=["x", "i", "u"],
+)
+case(
+    "ScatterElements_axis0_const",
+    "ScatterElements",
+    {"x": lambda: randn(3, 4), "u": lambda: randn(2, 4)},
+    {"i": np.array([[2, 0, 1, 1], [0, 2, 2, 0]], I64)},
+    input_order=["x", "i", "u"],
+)
 TIES = f(1, 3, 3, 0, 2, 2, 0, 0, 5, 1, 5, 4).reshape(3, 4)
 case("ArgMax", "ArgMax", {"x": lambda: randn(3, 5, 4)}, axis=1)
 case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepdims=0)

@@ -34,7 +34,7 @@ def broken_graphs() -> dict[str, Graph]:
     relu = call("relu", x)
     return {
         "differs from inferred": graph([x], Call("relu", (x,), (), TensorType((3, 2), "float32"))),
-        "unknown op": graph([x], Call("softplus", (x,), (), x.type)),
+        "unknown op": graph([x], Call("frobnicate", (x,), (), x.type)),
         "sorted order": graph([x], Call("leaky_relu", (x,), (("b", 1), ("alpha", 0.1)), x.type)),
         "plain value": graph([x], Call("leaky_relu", (x,), (("alpha", [0.1]),), x.type)),
         "invalid call": graph([x], Call("leaky_relu", (x,), (), x.type)),

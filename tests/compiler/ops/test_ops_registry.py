@@ -16,16 +16,24 @@ from compiler.ops.registry import Pattern, all_ops, get
 
 VOCABULARY = {
     Pattern.ANCHOR: {"conv2d", "conv_transpose2d", "matmul", "max_pool2d", "avg_pool2d"},
-    Pattern.REDUCTION: {"reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm"},
+    Pattern.REDUCTION: {
+        *("reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm", "cumsum"),
+    },
     Pattern.ELEMWISE: {
         *("neg", "abs", "exp", "log", "sqrt", "reciprocal", "tanh", "sigmoid", "relu", "erf"),
         *("leaky_relu", "clip", "hard_sigmoid", "hard_swish", "gelu", "cast"),
+        *("softplus", "mish", "softsign", "elu", "celu", "selu", "thresholded_relu"),
+        *("floor", "ceil", "round", "sign", "isnan", "isinf"),
     },
     Pattern.BROADCAST: {
         *("add", "sub", "mul", "div", "pow", "minimum", "maximum", "equal", "less", "greater"),
-        *("where", "prelu", "batch_norm"),
+        *("where", "prelu", "batch_norm", "mod"),
     },
-    Pattern.INJECTIVE: {"reshape", "transpose", "concat", "slice", "gather", "expand", "pad", "resize"},
+    Pattern.INJECTIVE: {
+        *("reshape", "transpose", "concat", "slice", "gather", "expand", "pad", "resize"),
+        *("gather_nd", "gather_elements"),
+    },
+    Pattern.OPAQUE: {"scatter_nd", "scatter_elements"},
 }
 
 
