@@ -217,7 +217,7 @@ def _cumsum(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _scatter(op: str) -> Converter:
-    """ScatterND / ScatterElements (a `mul` reduction is refused by the op, naming it)."""
+    """ScatterND / ScatterElements (a `mul` reduction is listed as unsupported by the scan)."""
 
     def convert(ctx: NodeContext) -> Sequence[Expr]:
         data, indices, updates = ctx.arg(0), ctx.arg(1), ctx.arg(2)
@@ -227,6 +227,22 @@ def _scatter(op: str) -> Converter:
         return [ctx.emit(op, [data, indices, updates], **attrs)]
 
     return convert
+
+
+def _check_scatter(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    reduction = attrs.get("reduction", "none")
+    return None if reduction in ("none", "add", "max", "min") else f"{node.op_type} reduction {reduction!r}"
+
+
+def _topk(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    (k,) = ctx.ints(1, "TopK k") or [0]
+    attrs = {
+        "k": k,
+        "axis": _axis(ctx, ctx.attr("axis", -1), x.type.ndim),
+        "largest": int(ctx.attr("largest", 1)),
+    }
+    return [ctx.emit("topk_values", [x], **attrs), ctx.emit("topk_indices", [x], **attrs)]
 
 
 def _trilu(ctx: NodeContext) -> Sequence[Expr]:
@@ -430,8 +446,9 @@ CONVERTERS: dict[str, OpConverter] = {
     "GatherND": OpConverter(_gather_nd),
     "CumSum": OpConverter(_cumsum),
     "Trilu": OpConverter(_trilu),
-    "ScatterND": OpConverter(_scatter("scatter_nd")),
-    "ScatterElements": OpConverter(_scatter("scatter_elements")),
+    "TopK": OpConverter(_topk),
+    "ScatterND": OpConverter(_scatter("scatter_nd"), _check_scatter),
+    "ScatterElements": OpConverter(_scatter("scatter_elements"), _check_scatter),
     "GatherElements": OpConverter(_gather_elements),
     "Expand": OpConverter(_expand),
     "Tile": OpConverter(_tile),

@@ -19,5 +19,6 @@ from compiler.ops import (  # noqa: F401  (imported to register their ops)
     scan,
     scatter,
     softmax,
+    topk,
     transform,
 )

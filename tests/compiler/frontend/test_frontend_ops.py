@@ -153,6 +153,11 @@ case(
     {"i": np.array([[2, 0, 1, 1], [0, 2, 2, 0]], I64)},
     input_order=["x", "i", "u"],
 )
+case("TopK_largest", "TopK", {"x": lambda: randn(3, 7)}, {"k": ints(3)}, n_outputs=2)
+case(
+    "TopK_smallest_axis0", "TopK", {"x": lambda: randn(6, 4)}, {"k": ints(2)}, n_outputs=2, axis=0, largest=0
+)
+case("TopK_ties", "TopK", {"x": lambda: f(1, 3, 3, 0, 3, 1).reshape(1, 6)}, {"k": ints(4)}, n_outputs=2)
 TIES = f(1, 3, 3, 0, 2, 2, 0, 0, 5, 1, 5, 4).reshape(3, 4)
 case("ArgMax", "ArgMax", {"x": lambda: randn(3, 5, 4)}, axis=1)
 case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepdims=0)

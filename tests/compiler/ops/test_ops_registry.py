@@ -33,7 +33,7 @@ VOCABULARY = {
         *("reshape", "transpose", "concat", "slice", "gather", "expand", "pad", "resize"),
         *("gather_nd", "gather_elements"),
     },
-    Pattern.OPAQUE: {"scatter_nd", "scatter_elements"},
+    Pattern.OPAQUE: {"scatter_nd", "scatter_elements", "topk_values", "topk_indices"},
 }
 
 
