@@ -59,6 +59,7 @@ PARALLEL_FOR = "temper_parallel_for"
 `body(data, start, end)` runs the iterations [start, end) of an outlined parallel loop."""
 
 _MEM_TYPES: dict[str, ir.Type] = {
+    "float16": ir.HalfType(),
     "float32": F32,
     "float64": F64,
     "int64": I64,
@@ -399,7 +400,8 @@ class KernelEmitter:
                 zero = self._splat(b, zero, lanes)
             return b.fcmp_unordered("!=", v, zero) if _is_float(src) else b.icmp_signed("!=", v, zero)
         if _is_float(src) and _is_float(dst):
-            return b.fpext(v, ty(dst)) if dst == "float64" else b.fptrunc(v, ty(dst))
+            widths = {"float16": 16, "float32": 32, "float64": 64}
+            return b.fpext(v, ty(dst)) if widths[dst] > widths[src] else b.fptrunc(v, ty(dst))
         if _is_float(src):
             return b.fptosi(v, ty(dst))
         if _is_float(dst):

@@ -113,6 +113,8 @@ class NodeContext:
 
     def new_const(self, data: np.ndarray | float | int, dtype: str | None = None, name: str = "") -> Const:
         arr = np.asarray(data, dtype=dtype)
+        if arr.dtype == np.float16:  # float16 constants take part in float32 computation
+            arr = arr.astype(np.float32)
         return Const(name or f"{self.name}.const", arr)
 
     def emit(self, op: str, args: Sequence[Expr], **attrs: Any) -> Expr:

@@ -14,7 +14,9 @@ from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanI
 from compiler.graph.ir import DTYPES, Const, Expr
 
 # dtypes a value computed at run time may have (constants may use any dtype of the IR)
-RUNTIME_DTYPES = ("float32", "int64", "int32", "bool")
+RUNTIME_DTYPES = ("float32", "float16", "int64", "int32", "bool")
+# what a model's float16 tensors are computed in: float16 exists only at the model's inputs and outputs
+COMPUTE_DTYPE = {"float16": "float32"}
 
 _UNARY = {
     "Neg": "neg",
@@ -155,7 +157,8 @@ def _cast_to(ctx: NodeContext, x: Expr, dtype: str | None) -> Sequence[Expr]:
 
 
 def _cast(ctx: NodeContext) -> Sequence[Expr]:
-    return _cast_to(ctx, ctx.arg(0), onnx_dtype_name(int(ctx.attr("to"))))
+    dtype = onnx_dtype_name(int(ctx.attr("to")))
+    return _cast_to(ctx, ctx.arg(0), COMPUTE_DTYPE.get(dtype or "", dtype))
 
 
 def _cast_like(ctx: NodeContext) -> Sequence[Expr]:

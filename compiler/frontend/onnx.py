@@ -22,8 +22,8 @@ from onnx import helper, numpy_helper, version_converter
 
 from compiler.errors import CompilerError, ModelError, ShapeError, UnsupportedOpError
 from compiler.frontend import convert_einsum, convert_math, convert_nn, convert_tensor, guard
-from compiler.frontend.context import Budget, NodeContext, OpConverter, ScanInfo, decode_attribute
-from compiler.frontend.convert_math import RUNTIME_DTYPES, onnx_dtype_name
+from compiler.frontend.context import Budget, NodeContext, OpConverter, ScanInfo, decode_attribute, emit
+from compiler.frontend.convert_math import COMPUTE_DTYPE, RUNTIME_DTYPES, onnx_dtype_name
 from compiler.graph.ir import DTYPES, Const, Expr, Graph, TensorType, Var
 from compiler.limits import DEFAULT_LIMITS, FOLD_ELEMENTS, Limits
 
@@ -349,9 +349,14 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
 def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int, budget: Budget) -> Graph:
     env: dict[str, Expr] = {}
     for t in graph.initializer:
-        env[t.name] = Const(t.name, numpy_helper.to_array(t))
-    for v in inputs:
-        env[v.name] = v
+        env[t.name] = Const(t.name, _compute_dtype(numpy_helper.to_array(t)))
+    for v in inputs:  # a float16 input is widened at once: the model computes in float32
+        wide = COMPUTE_DTYPE.get(v.type.dtype)
+        env[v.name] = (
+            v
+            if wide is None
+            else emit("cast", [v], {"to": wide}, node=v.name, op_type="input", budget=budget)
+        )
     for i, node in enumerate(graph.node):
         name = node_name(node, i)
         missing = [n for n in node.input if n and n not in env]
@@ -379,10 +384,20 @@ def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int, budget: Budg
     for o in graph.output:
         if o.name not in env:
             raise ModelError(f"graph output {o.name!r} is never computed")
-        outputs.append(env[o.name])
+        value = env[o.name]
+        declared = onnx_dtype_name(o.type.tensor_type.elem_type) if o.type.HasField("tensor_type") else None
+        if declared in COMPUTE_DTYPE and value.type.dtype == COMPUTE_DTYPE[declared]:
+            value = emit("cast", [value], {"to": declared}, node=o.name, op_type="output", budget=budget)
+        outputs.append(value)
     converted = Graph(tuple(inputs), tuple(outputs), tuple(o.name for o in graph.output))
     _check_total(converted, budget.limits)
     return converted
+
+
+def _compute_dtype(data: np.ndarray) -> np.ndarray:
+    """A constant as the model computes with it (float16 weights become float32)."""
+    wide = COMPUTE_DTYPE.get(str(data.dtype))
+    return data if wide is None else data.astype(wide)
 
 
 def _check_total(graph: Graph, limits: Limits) -> None:
@@ -447,5 +462,5 @@ def _fold_with_onnx(ctx: NodeContext) -> Iterable[Expr]:
         arr = np.asarray(data)
         if str(arr.dtype) not in DTYPES:
             raise ctx.error(f"{ctx.op_type} produced dtype {arr.dtype}, which temper cannot hold")
-        outs.append(Const(out_name or ctx.name, arr))
+        outs.append(Const(out_name or ctx.name, _compute_dtype(arr)))
     return outs
