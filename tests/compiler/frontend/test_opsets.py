@@ -126,3 +126,24 @@ def test_a_node_the_converter_cannot_carry_is_named() -> None:
 
 def test_native_opsets_are_not_converted() -> None:
     assert NATIVE_OPSETS.start == 13 and SUPPORTED_OPSETS.start == 7
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_upsample_of_old_opsets_becomes_resize(opset: int) -> None:
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])]
+    inits = []
+    if opset == 7:
+        node = helper.make_node(
+            "Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 2.0], mode="nearest", name="up"
+        )
+    else:
+        node = helper.make_node("Upsample", ["x", "s"], ["y"], mode="nearest", name="up")
+        inits = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")]
+        inputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [4]))
+    graph = helper.make_graph(
+        [node], "up", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])], inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR[opset])
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 3)).astype(np.float32)
+    (got,) = run_graph(load_onnx(model.SerializeToString()), {"x": x}).values()
+    np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(2, axis=3))
