@@ -3,11 +3,16 @@
 Every schema change is a new script in versions/; `upgrade` brings any database (a new empty one
 included) to the newest revision. It is safe to call from several processes at once: on SQLite the
 migration runs inside one write transaction (BEGIN IMMEDIATE), on PostgreSQL under an advisory lock,
-so the second process waits and then finds nothing to do.
+so the second process waits and then finds nothing to do. SQLite answers "database is locked" at
+once, without its busy timeout, in a few lock races of a brand-new file (two processes switching it
+to WAL together); `upgrade` retries those until the busy timeout has passed.
 """
 
 from __future__ import annotations
 
+import random
+import sqlite3
+import time
 from pathlib import Path
 
 from alembic import command
@@ -15,8 +20,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Connection, Engine
+from sqlalchemy.exc import OperationalError
 
-from storage.session import make_engine, writer
+from storage.session import BUSY_TIMEOUT_MS, make_engine, writer
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 
@@ -52,14 +58,30 @@ def current_revision(url_or_engine: str | URL | Engine) -> str | None:
 def upgrade(url_or_engine: str | URL | Engine, revision: str = "head") -> str | None:
     """Run `alembic upgrade <revision>` on the database; returns the revision it is at afterwards."""
     engine, owned = _engine(url_or_engine)
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     try:
-        with writer(engine).connect() as connection:
-            command.upgrade(alembic_config(connection), revision)
-            connection.commit()
-        return current_revision(engine)
+        while True:
+            try:
+                with writer(engine).connect() as connection:
+                    command.upgrade(alembic_config(connection), revision)
+                    connection.commit()
+                return current_revision(engine)
+            except OperationalError as exc:
+                if not is_lock_race(exc) or time.monotonic() > deadline:
+                    raise
+                engine.dispose()  # a connection that lost the race may hold a stale view of the file
+                time.sleep(random.uniform(0.01, 0.1))
     finally:
         if owned:
             engine.dispose()
+
+
+def is_lock_race(exc: OperationalError) -> bool:
+    """SQLite's immediate "database is locked"/"busy" answer (never raised by PostgreSQL)."""
+    if not isinstance(exc.orig, sqlite3.OperationalError):
+        return False
+    message = str(exc.orig).lower()
+    return "database is locked" in message or "database is busy" in message
 
 
 def _engine(url_or_engine: str | URL | Engine) -> tuple[Engine, bool]:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import time
+
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
+from sqlalchemy.exc import OperationalError
 
 from storage import current_revision, head_revision, make_engine, upgrade
 from storage.base import Base
-from storage.migrations import MIGRATIONS_DIR
+from storage.migrations import MIGRATIONS_DIR, is_lock_race
+from storage.session import writer
 
 
 def test_upgrade_from_empty_then_autogenerate_finds_nothing(db_url: str) -> None:
@@ -72,3 +78,32 @@ def test_migration_scripts_ship_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert any(MIGRATIONS_DIR.glob("versions/0001_*.py"))
+
+
+def test_upgrade_retries_a_lock_sqlite_answers_at_once(sqlite_url: str) -> None:
+    """With no busy wait at all, a migration that meets another writer's lock retries until it is free."""
+    holder = make_engine(sqlite_url)
+    impatient = make_engine(sqlite_url, busy_timeout_ms=0)
+    released = threading.Event()
+
+    def hold_lock() -> None:
+        with writer(holder).begin():  # BEGIN IMMEDIATE: SQLite's write lock
+            time.sleep(0.5)
+        released.set()
+
+    thread = threading.Thread(target=hold_lock)
+    thread.start()
+    time.sleep(0.1)
+    try:
+        assert upgrade(impatient) == head_revision()
+        assert released.is_set()
+    finally:
+        thread.join()
+        holder.dispose()
+        impatient.dispose()
+
+
+def test_only_sqlite_lock_answers_are_retried() -> None:
+    assert is_lock_race(OperationalError("BEGIN", {}, sqlite3.OperationalError("database is locked")))
+    assert not is_lock_race(OperationalError("x", {}, sqlite3.OperationalError("no such table: t")))
+    assert not is_lock_race(OperationalError("x", {}, RuntimeError("database is locked")))
