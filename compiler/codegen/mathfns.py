@@ -79,6 +79,13 @@ def emit_tanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     ax = b.call(_intrinsic(m, "fabs", ty, 1), [x])
     t = emit_exp(b, _fast(b.fmul(ax, _const(ty, -2.0))))
     r = b.fdiv(b.fsub(_const(ty, 1.0), t), b.fadd(_const(ty, 1.0), t))
+    # Near 0, 1 - exp(-2|x|) cancels: an odd polynomial keeps tanh's relative accuracy there.
+    z = _fast(b.fmul(ax, ax))
+    odd = _poly(
+        b, z, [-3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2, -5.70498872745e-3]
+    )
+    small = _fast(b.fadd(ax, _fast(b.fmul(_fast(b.fmul(odd, z)), ax))))
+    r = b.select(b.fcmp_ordered("<", ax, _const(ty, 0.625)), small, r)
     return b.call(_intrinsic(m, "copysign", ty, 2), [r, x])
 
 
