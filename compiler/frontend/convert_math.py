@@ -186,7 +186,17 @@ def _with_floats(op: str, **defaults: float) -> Converter:
 
 
 def _mod(ctx: NodeContext) -> Sequence[Expr]:
-    return [ctx.emit("mod", [ctx.arg(0), ctx.arg(1)], fmod=int(ctx.attr("fmod", 0)))]
+    x, y = ctx.arg(0), ctx.arg(1)
+    fmod = int(ctx.attr("fmod", 0))
+    if fmod or not x.type.dtype.startswith("float"):
+        return [ctx.emit("mod", [x, y], fmod=fmod)]
+    # Floats with fmod=0 (allowed from opset 28): the remainder takes the divisor's sign, as numpy's
+    # mod; from the truncated remainder, moved by one divisor where the signs differ.
+    r = ctx.emit("mod", [x, y], fmod=1)
+    zero = ctx.new_const(np.zeros((), np.float32), name=f"{ctx.name}.zero")
+    same_sign = ctx.emit("equal", [ctx.emit("less", [r, zero]), ctx.emit("less", [y, zero])])
+    moved = ctx.emit("where", [same_sign, r, ctx.emit("add", [r, y])])
+    return [ctx.emit("where", [ctx.emit("equal", [r, zero]), r, moved])]
 
 
 def _isinf(ctx: NodeContext) -> Sequence[Expr]:

@@ -117,8 +117,12 @@ def _space_to_depth(ctx: NodeContext) -> Sequence[Expr]:
             f"SpaceToDepth blocksize {b} does not divide the spatial dims of {list(x.type.shape)}"
         )
     n, c, h, w = x.type.shape
+    mode = str(ctx.attr("mode", "DCR"))  # an attribute from opset 28 on; DCR before
+    if mode not in ("DCR", "CRD"):
+        raise ctx.error(f"SpaceToDepth mode {mode!r} is not DCR or CRD")
     t = ctx.emit("reshape", [x], shape=(n, c, h // b, b, w // b, b))
-    t = ctx.emit("transpose", [t], perm=(0, 3, 5, 1, 2, 4))
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    t = ctx.emit("transpose", [t], perm=perm)
     return [ctx.emit("reshape", [t], shape=(n, c * b * b, h // b, w // b))]
 
 

@@ -21,7 +21,14 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper, version_converter
 
 from compiler.errors import CompilerError, ModelError, ShapeError, UnsupportedOpError
-from compiler.frontend import convert_einsum, convert_math, convert_nn, convert_tensor, guard
+from compiler.frontend import (
+    convert_attention,
+    convert_einsum,
+    convert_math,
+    convert_nn,
+    convert_tensor,
+    guard,
+)
 from compiler.frontend.context import Budget, NodeContext, OpConverter, ScanInfo, decode_attribute, emit
 from compiler.frontend.convert_math import COMPUTE_DTYPE, RUNTIME_DTYPES, onnx_dtype_name
 from compiler.graph.ir import DTYPES, Const, Expr, Graph, TensorType, Var
@@ -29,7 +36,9 @@ from compiler.limits import DEFAULT_LIMITS, FOLD_ELEMENTS, Limits
 
 # The opsets temper's converters are written for; a model of another opset of the default domain
 # is converted to the nearest of them first (onnx.version_converter), keeping its node names.
-NATIVE_OPSETS = range(13, 22)
+# From 22 to 28 the ops temper converts changed only their type lists, but for what the converters
+# read themselves: Attention (new in 23), SpaceToDepth's mode (28), Cast's round_mode (float8 only).
+NATIVE_OPSETS = range(13, 29)
 SUPPORTED_OPSETS = range(7, onnx.defs.onnx_opset_version() + 1)
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # The whole mapping ONNX op type -> converter, one table per family.
@@ -38,6 +47,7 @@ CONVERTERS: dict[str, OpConverter] = {
     **convert_nn.CONVERTERS,
     **convert_tensor.CONVERTERS,
     **convert_einsum.CONVERTERS,
+    **convert_attention.CONVERTERS,
 }
 # Ops never folded even when their inputs are constant.
 _NEVER_FOLD = {
