@@ -1,0 +1,293 @@
+"""The zoo's PyTorch networks: torchvision and Hugging Face transformers architectures, random weights.
+
+Only the generator (a child process) imports this module, so the test process never loads torch.
+torchvision's package init loads its compiled ops, which the registry's build cannot load beside the
+CPU torch; its model definitions are plain Python and need none of them, so they are imported from
+the installed package without running that init (`_torchvision_models`).
+
+Random weights are made to give outputs with real spread: every parameter that init left constant
+(norm scales of 1, biases of 0) is perturbed, and batch-norm statistics are calibrated on random
+batches, so a wrong kernel cannot hide behind an output that is ~0 everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Network:
+    """A module ready to export, its example inputs (export shapes) and the inputs to test with."""
+
+    module: nn.Module
+    inputs: dict[str, torch.Tensor]
+    outputs: tuple[str, ...]
+    dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+    """Which input and output dims are dynamic when exported with dynamic axes (name -> {dim: label})."""
+    test_inputs: dict[str, np.ndarray] | None = None
+    """Inputs to compare with (other shapes than the export's, for a dynamic export); None: `inputs`."""
+
+
+def _torchvision_without_its_ops() -> None:
+    """Register torchvision as a bare package (its submodules importable, its init not run); before
+    transformers is imported too, which imports torchvision when it is installed."""
+    if "torchvision" in sys.modules:
+        return
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    package = types.ModuleType("torchvision")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__spec__ = spec
+    sys.modules["torchvision"] = package
+
+
+_torchvision_without_its_ops()
+
+
+def _torchvision_models() -> types.ModuleType:
+    import torchvision.models
+
+    return torchvision.models
+
+
+def _spread(module: nn.Module, generator: torch.Generator) -> None:
+    """Perturb every constant-valued parameter and buffer of float dtype (norm scales, zero biases)."""
+    with torch.no_grad():
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if not tensor.is_floating_point() or tensor.numel() < 2 or "running_" in name:
+                continue
+            flat = tensor.reshape(-1)
+            if bool(torch.all(flat == flat[0])):
+                noise = torch.randn(tensor.shape, generator=generator) * 0.1
+                tensor.add_(noise * (abs(float(flat[0])) if float(flat[0]) != 0 else 1.0))
+
+
+def _calibrate_batch_norm(module: nn.Module, make_batch: Callable[[], torch.Tensor], rounds: int = 4) -> None:
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average over the calibration batches
+    module.train()
+    with torch.no_grad():
+        for _ in range(rounds):
+            module(make_batch())
+    module.eval()
+
+
+def _vision(
+    build: Callable[[], nn.Module], size: int = 224, batch: int = 1, outputs: tuple[str, ...] = ("logits",)
+) -> Callable[[int], Network]:
+    def make(seed: int) -> Network:
+        torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
+        module = build().eval()
+        _spread(module, generator)
+        _calibrate_batch_norm(module, lambda: torch.randn(4, 3, size, size, generator=generator))
+        image = torch.randn(batch, 3, size, size, generator=generator)
+        test = np.random.default_rng(seed).standard_normal((2, 3, size, size)).astype(np.float32)
+        axes = {"image": {0: "batch"}, **{name: {0: "batch"} for name in outputs}}
+        return Network(module, {"image": image}, outputs, axes, {"image": test})
+
+    return make
+
+
+class _FirstOutput(nn.Module):
+    """Networks that return a dict or a tuple, reduced to the tensor the zoo compares; inputs are passed
+    by keyword when named (transformers models differ in the order of their optional inputs)."""
+
+    def __init__(self, inner: nn.Module, key: str | int, names: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.inner = inner
+        self.key = key
+        self.names = names
+
+    def forward(self, *args: Any) -> torch.Tensor:
+        if self.names:
+            return self.inner(**dict(zip(self.names, args, strict=True)))[self.key]
+        return self.inner(*args)[self.key]
+
+
+def torchvision_builders() -> dict[str, Callable[[int], Network]]:
+    """Every torchvision network of the zoo by name."""
+
+    def tv(name: str, **kwargs: Any) -> Callable[[], nn.Module]:
+        return lambda: getattr(_torchvision_models(), name)(weights=None, **kwargs)
+
+    def segmentation(name: str) -> Callable[[], nn.Module]:
+        def build() -> nn.Module:
+            models = _torchvision_models()
+            import torchvision.models.segmentation as seg
+
+            del models
+            return _FirstOutput(getattr(seg, name)(weights=None, weights_backbone=None, num_classes=5), "out")
+
+        return build
+
+    return {
+        "resnet50": _vision(tv("resnet50")),
+        "resnet18": _vision(tv("resnet18")),
+        "mobilenet_v2": _vision(tv("mobilenet_v2")),
+        "mobilenet_v3_large": _vision(tv("mobilenet_v3_large")),
+        "mobilenet_v3_small": _vision(tv("mobilenet_v3_small")),
+        "efficientnet_b0": _vision(tv("efficientnet_b0")),
+        "convnext_tiny": _vision(tv("convnext_tiny")),
+        "regnet_y_400mf": _vision(tv("regnet_y_400mf")),
+        "shufflenet_v2_x1_0": _vision(tv("shufflenet_v2_x1_0")),
+        "densenet121": _vision(tv("densenet121")),
+        "squeezenet1_1": _vision(tv("squeezenet1_1")),
+        "googlenet": _vision(tv("googlenet", aux_logits=False, init_weights=True)),
+        "inception_v3": _vision(tv("inception_v3", aux_logits=False, init_weights=True), size=299),
+        "mnasnet0_5": _vision(tv("mnasnet0_5")),
+        "vit_b_16": _vision(tv("vit_b_16")),
+        "swin_t": _vision(tv("swin_t")),
+        "lraspp_mobilenet_v3": _vision(segmentation("lraspp_mobilenet_v3_large"), size=256, outputs=("out",)),
+        "fcn_resnet50": _vision(segmentation("fcn_resnet50"), size=224, outputs=("out",)),
+    }
+
+
+def _text(
+    build: Callable[[], nn.Module],
+    vocab: int,
+    *,
+    seq: int = 16,
+    mask: bool = True,
+    outputs: tuple[str, ...] = ("hidden",),
+) -> Callable[[int], Network]:
+    """A text encoder called as module(input_ids, attention_mask): batch and sequence dynamic."""
+
+    def make(seed: int) -> Network:
+        torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
+        module = _FirstOutput(build().eval(), 0, ("input_ids", "attention_mask") if mask else ("input_ids",))
+        _spread(module, generator)
+        rng = np.random.default_rng(seed)
+
+        def feeds(batch: int, length: int) -> dict[str, np.ndarray]:
+            ids = rng.integers(0, vocab, (batch, length), dtype=np.int64)
+            result = {"input_ids": ids}
+            if mask:
+                attention = np.ones((batch, length), dtype=np.int64)
+                attention[-1, length - length // 4 :] = 0  # the last sequence is padded
+                result["attention_mask"] = attention
+            return result
+
+        export = {name: torch.from_numpy(value) for name, value in feeds(1, seq).items()}
+        axes = {name: {0: "batch", 1: "sequence"} for name in export}
+        axes.update({name: {0: "batch", 1: "sequence"} for name in outputs})
+        return Network(module, export, outputs, axes, feeds(2, seq - 4))
+
+    return make
+
+
+def _pixels(build: Callable[[], nn.Module], size: int, channels: int = 3) -> Callable[[int], Network]:
+    def make(seed: int) -> Network:
+        torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
+        module = _FirstOutput(build().eval(), 0)
+        _spread(module, generator)
+        pixels = torch.randn(1, channels, size, size, generator=generator)
+        test = np.random.default_rng(seed).standard_normal((2, channels, size, size)).astype(np.float32)
+        axes = {"pixel_values": {0: "batch"}, "hidden": {0: "batch"}}
+        return Network(module, {"pixel_values": pixels}, ("hidden",), axes, {"pixel_values": test})
+
+    return make
+
+
+def _audio(build: Callable[[], nn.Module], mels: int, frames: int) -> Callable[[int], Network]:
+    def make(seed: int) -> Network:
+        torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
+        module = _FirstOutput(build().eval(), 0)
+        _spread(module, generator)
+        features = torch.randn(1, mels, frames, generator=generator)
+        test = np.random.default_rng(seed).standard_normal((2, mels, frames)).astype(np.float32)
+        axes = {"input_features": {0: "batch"}, "hidden": {0: "batch"}}
+        return Network(module, {"input_features": features}, ("hidden",), axes, {"input_features": test})
+
+    return make
+
+
+def transformers_builders() -> dict[str, Callable[[int], Network]]:
+    """Every transformers network of the zoo by name: small configs of the real architectures."""
+    import transformers as tf
+
+    small = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256}
+
+    def bert() -> nn.Module:
+        return tf.BertModel(tf.BertConfig(vocab_size=1000, **small), add_pooling_layer=False)
+
+    def bert_eager() -> nn.Module:  # attention as plain MatMul/Softmax: what exports before opset 14 hold
+        config = tf.BertConfig(vocab_size=1000, **small, attn_implementation="eager")
+        return tf.BertModel(config, add_pooling_layer=False)
+
+    def distilbert() -> nn.Module:
+        config = tf.DistilBertConfig(vocab_size=1000, dim=128, n_layers=2, n_heads=4, hidden_dim=256)
+        return tf.DistilBertModel(config)
+
+    def roberta() -> nn.Module:
+        return tf.RobertaModel(tf.RobertaConfig(vocab_size=1000, **small), add_pooling_layer=False)
+
+    def gpt2() -> nn.Module:
+        config = tf.GPT2Config(
+            vocab_size=1000, n_embd=128, n_layer=2, n_head=4, use_cache=False, bos_token_id=0, eos_token_id=0
+        )
+        return tf.GPT2Model(config)
+
+    def t5_encoder() -> nn.Module:
+        config = tf.T5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)
+        return tf.T5EncoderModel(config)
+
+    def clip_text() -> nn.Module:
+        config = tf.CLIPTextConfig(vocab_size=1000, **small, max_position_embeddings=64)
+        return tf.CLIPTextModel(config)
+
+    def clip_vision() -> nn.Module:
+        config = tf.CLIPVisionConfig(**small, image_size=64, patch_size=16)
+        return tf.CLIPVisionModel(config)
+
+    def vit() -> nn.Module:
+        config = tf.ViTConfig(**small, image_size=64, patch_size=16)
+        return tf.ViTModel(config, add_pooling_layer=False)
+
+    def whisper_encoder() -> nn.Module:
+        config = tf.WhisperConfig(
+            d_model=128,
+            encoder_layers=2,
+            encoder_attention_heads=4,
+            encoder_ffn_dim=256,
+            decoder_layers=1,
+            decoder_attention_heads=4,
+            decoder_ffn_dim=256,
+            num_mel_bins=40,
+            max_source_positions=50,
+        )
+        return tf.WhisperModel(config).get_encoder()
+
+    return {
+        "bert": _text(bert, 1000),
+        "bert_eager": _text(bert_eager, 1000),
+        "distilbert": _text(distilbert, 1000),
+        "roberta": _text(roberta, 1000),
+        "gpt2": _text(gpt2, 1000),
+        "t5_encoder": _text(t5_encoder, 1000),
+        "clip_text": _text(clip_text, 1000),
+        "clip_vision": _pixels(clip_vision, 64),
+        "vit_hf": _pixels(vit, 64),
+        "whisper_encoder": _audio(whisper_encoder, 40, 100),
+    }
+
+
+def builders() -> dict[str, Callable[[int], Network]]:
+    return {**torchvision_builders(), **transformers_builders()}
