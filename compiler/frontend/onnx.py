@@ -27,6 +27,7 @@ from compiler.frontend import (
     convert_math,
     convert_nn,
     convert_tensor,
+    convert_transformer,
     guard,
 )
 from compiler.frontend.context import Budget, NodeContext, OpConverter, ScanInfo, decode_attribute, emit
@@ -48,6 +49,7 @@ CONVERTERS: dict[str, OpConverter] = {
     **convert_tensor.CONVERTERS,
     **convert_einsum.CONVERTERS,
     **convert_attention.CONVERTERS,
+    **convert_transformer.CONVERTERS,
 }
 # Ops never folded even when their inputs are constant.
 _NEVER_FOLD = {

@@ -15,7 +15,7 @@ from compiler.graph.interpret import run_graph
 from compiler.graph.ir import Graph
 from compiler.graph.verify import verify_graph
 
-IR_VERSION = {13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10}
+IR_VERSION = {13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11}
 
 
 def make_model(

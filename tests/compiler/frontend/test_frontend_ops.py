@@ -541,6 +541,63 @@ case(
 case("Resize_axes", "Resize", RX, {"roi": E, "sc": f(3.0, 0.5)}, opset=18, axes=[2, 3])
 case("Resize_sizes_only", "Resize", RX, {"sz": ints(1, 2, 7, 3)}, input_order=["x", "", "", "sz"])
 
+# ---- transformer ops of opset 23 ---------------------------------------------------------------------
+QKV = {"q": lambda: randn(2, 4, 5, 8), "k": lambda: randn(2, 2, 7, 8), "v": lambda: randn(2, 2, 7, 6)}
+case("Attention_4d_gqa", "Attention", QKV, opset=23)
+case("Attention_4d_causal_softcap", "Attention", QKV, opset=23, is_causal=1, softcap=2.0, scale=0.3)
+MASKED = np.ones((2, 1, 5, 7), dtype=bool)
+MASKED[1, 0, :, 5:] = False
+MASKED[0, 0, 2, :] = False  # a query row with every key masked: zeros, not NaN
+case("Attention_bool_mask_runtime", "Attention", {**QKV, "m": lambda: MASKED}, opset=23)
+case(
+    "Attention_3d_float_mask",
+    "Attention",
+    {"q": lambda: randn(2, 5, 16), "k": lambda: randn(2, 6, 16), "v": lambda: randn(2, 6, 16)},
+    {"m": randn(5, 6)},
+    opset=23,
+    q_num_heads=4,
+    kv_num_heads=4,
+)
+case(
+    "Attention_past_present",
+    "Attention",
+    {**QKV, "pk": lambda: randn(2, 2, 3, 8), "pv": lambda: randn(2, 2, 3, 6)},
+    n_outputs=3,
+    opset=23,
+    is_causal=1,
+    input_order=["q", "k", "v", "", "pk", "pv"],
+)
+case(
+    "RMSNormalization",
+    "RMSNormalization",
+    {"x": lambda: randn(2, 5, 16) * 3 + 1},
+    {"s": randn(16)},
+    opset=23,
+    epsilon=1e-4,
+)
+for interleaved in (0, 1):
+    case(
+        f"RotaryEmbedding_{'interleaved' if interleaved else 'halves'}",
+        "RotaryEmbedding",
+        {"x": lambda: randn(2, 3, 5, 8), "pos": lambda: np.array([[0, 1, 2, 3, 4], [4, 5, 6, 7, 8]], I64)},
+        {"cos": np.cos(randn(10, 3)), "sin": np.sin(randn(10, 3))},
+        opset=23,
+        interleaved=interleaved,
+        rotary_embedding_dim=6,
+        input_order=["x", "cos", "sin", "pos"],
+    )
+case(
+    "RotaryEmbedding_3d",
+    "RotaryEmbedding",
+    {
+        "x": lambda: randn(2, 5, 16),
+        "cos": lambda: np.cos(randn(2, 5, 2)),
+        "sin": lambda: np.sin(randn(2, 5, 2)),
+    },
+    opset=23,
+    num_heads=4,
+)
+
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_matches_onnxruntime(name: str) -> None:
