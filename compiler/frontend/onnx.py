@@ -190,16 +190,35 @@ def to_native_opset(proto: onnx.ModelProto, declared: int) -> onnx.ModelProto:
         converted = version_converter.convert_version(named, target)
     except Exception as e:  # the converter reports in many ways; say which nodes it stopped at
         message = _first_line(e)
-        nodes = [
-            node_name(n, i)
-            for i, n in enumerate(named.graph.node)
-            if re.search(rf"\b{re.escape(n.op_type)}\b", message)
-        ]
+        nodes = _nodes_named_by(message, named.graph)
         where = f" (node(s) {', '.join(nodes[:8])})" if nodes else ""
         raise ModelError(
             f"cannot convert the model from opset {declared} to {target}{where}: {message}"
         ) from None
+    _keep_node_names(named.graph, converted.graph)
     return converted
+
+
+def _nodes_named_by(message: str, graph: onnx.GraphProto) -> list[str]:
+    """The nodes a converter message is about: by op type, else by an attribute it names."""
+    nodes = [n.name for n in graph.node if re.search(rf"\b{re.escape(n.op_type)}\b", message)]
+    if nodes:
+        return nodes
+    attributes = set(re.findall(r"[Aa]ttribute '?(\w+)", message))
+    return [n.name for n in graph.node if attributes & {a.name for a in n.attribute}]
+
+
+def _keep_node_names(original: onnx.GraphProto, converted: onnx.GraphProto) -> None:
+    """A node the converter rewrote (Upsample into Resize, say) keeps the name of the node whose
+    outputs it computes, so errors and the manifest still name the user's node."""
+    names = {n.name for n in original.node}
+    producer = {out: n.name for n in original.node for out in n.output if out}
+    for node in converted.node:
+        if node.name in names:
+            continue
+        owner = next((producer[out] for out in node.output if out in producer), None)
+        if owner is not None:
+            node.name = owner
 
 
 # ---- the support scan -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from compiler.errors import ModelError, UnsupportedOpError
+from compiler.errors import ModelError, ShapeError, UnsupportedOpError
 from compiler.frontend.onnx import NATIVE_OPSETS, SUPPORTED_OPSETS, load_onnx
 from compiler.graph.interpret import run_graph
 from compiler.pipeline import CompileOptions, compile_model
@@ -112,15 +112,37 @@ def test_an_unsupported_node_of_an_old_model_is_named_as_in_the_file() -> None:
 
 
 def test_a_node_the_converter_cannot_carry_is_named() -> None:
-    newest = SUPPORTED_OPSETS.stop - 1
+    """Opset 7's BatchNormalization with spatial=0 has no later form: the error names the node."""
+    ones = numpy_helper.from_array(np.ones(3, np.float32), "ones")
     graph = helper.make_graph(
-        [helper.make_node("Swish", ["x"], ["y"], name="my_swish")],
-        "swish",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [
+            helper.make_node(
+                "BatchNormalization", ["x", "ones", "ones", "ones", "ones"], ["y"], name="my_bn", spatial=0
+            )
+        ],
+        "bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 2, 2])],
+        [ones],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", newest)], ir_version=10)
-    with pytest.raises((ModelError, UnsupportedOpError), match="my_swish"):
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=4)
+    with pytest.raises(ModelError, match="my_bn"):
+        load_onnx(model.SerializeToString())
+
+
+def test_a_node_the_converter_rewrites_keeps_its_name() -> None:
+    """Upsample (opset 9) becomes Resize in the conversion; its error still names the user's node."""
+    graph = helper.make_graph(
+        [helper.make_node("Upsample", ["x", "scales"], ["y"], name="my_upsample")],
+        "up",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 2]),
+            helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=4)
+    with pytest.raises(ShapeError, match="my_upsample"):
         load_onnx(model.SerializeToString())
 
 
