@@ -262,7 +262,27 @@ def _unsupported_reason(node: onnx.NodeProto, info: ScanInfo) -> str | None:
     foldable = (
         node.op_type not in _NEVER_FOLD and not has_graph and all(o in info.consts for o in node.output if o)
     )
-    return None if foldable else f"op {node.op_type} is not supported (except on constant inputs)"
+    if foldable:
+        return None
+    if node.op_type in QUANTIZED_OPS:
+        return f"op {node.op_type} is a quantized (8-bit integer) op; quantized models are not supported yet"
+    if has_graph:
+        return f"op {node.op_type} holds a subgraph (control flow); temper compiles straight-line graphs"
+    return f"op {node.op_type} is not supported (except on constant inputs)"
+
+
+QUANTIZED_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "ConvInteger",
+        "MatMulInteger",
+    }
+)
+"""The default domain's int8 ops: their models are named as quantized in the unsupported error."""
 
 
 def _check_supported(proto: onnx.ModelProto, info: ScanInfo) -> None:
