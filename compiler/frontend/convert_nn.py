@@ -371,6 +371,13 @@ def _reduce(ctx: NodeContext) -> Sequence[Expr]:
         return [x]
     kw = {"axes": axes, "keepdims": int(ctx.attr("keepdims", 1))}
     op = ctx.op_type
+    if x.type.dtype == "bool" and op in ("ReduceMax", "ReduceMin"):  # any / all (opset 20 on)
+        flags = ctx.emit("cast", [x], to="int32")
+        if op == "ReduceMin":
+            flags = ctx.emit("neg", [ctx.emit("reduce_max", [ctx.emit("neg", [flags])], **kw)])
+        else:
+            flags = ctx.emit("reduce_max", [flags], **kw)
+        return [ctx.emit("cast", [flags], to="bool")]
     if op == "ReduceMin":
         return [ctx.emit("neg", [ctx.emit("reduce_max", [ctx.emit("neg", [x])], **kw)])]
     if op in ("ReduceSumSquare", "ReduceL2"):

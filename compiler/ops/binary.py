@@ -210,12 +210,21 @@ def _mod_compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: Tensor
     )
 
 
+def _pow_expr(a: Expr, b: Expr) -> Expr:
+    """pow in the base's dtype; an integer base is raised in float32 and rounded back (exact while
+    the power fits float32's 24-bit mantissa, as a float64 power would be cast)."""
+    if a.dtype.startswith("float"):
+        return te.call("pow", a, te.cast(a.dtype, b))
+    power = te.call("pow", te.cast("float32", a), te.cast("float32", b))
+    return te.cast(a.dtype, te.call("round", power))
+
+
 BINARY_COMPUTES: dict[str, Callable[[Expr, Expr], Expr]] = {
     "add": te.add,
     "sub": te.sub,
     "mul": te.mul,
     "div": te.div,  # integer div in the IR is truncating like ONNX only for non-negative values
-    "pow": lambda a, b: te.call("pow", a, te.cast(a.dtype, b)),
+    "pow": lambda a, b: _pow_expr(a, b),
     "minimum": te.minimum,
     "maximum": te.maximum,
     "equal": lambda a, b: BinOp("==", a, b),
