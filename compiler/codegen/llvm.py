@@ -572,7 +572,10 @@ class KernelEmitter:
 
     def _masked(self, kind: str, vt: ir.VectorType) -> ir.Function:
         el = vt.element
-        code = "f32" if el == F32 else "f64" if el == F64 else f"i{el.width}"
+        if isinstance(el, ir.HalfType):
+            code = "f16"
+        else:
+            code = "f32" if el == F32 else "f64" if el == F64 else f"i{el.width}"
         name = f"llvm.masked.{kind}.v{vt.count}{code}.p0"
         fn = self.module.globals.get(name)
         if fn is None:
