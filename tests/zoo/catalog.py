@@ -98,6 +98,8 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
     ("gpt2", DYNAMO, 18, True, True),
     ("t5_encoder", TORCHSCRIPT, 14, False, True),  # torch.export fails on its attention views
     ("clip_text", DYNAMO, 18, False, False),
+    ("resnet18_fp16", TORCHSCRIPT, 17, False, True),
+    ("mobilenet_v3_small_fp16", TORCHSCRIPT, 17, False, False),
     ("clip_vision", DYNAMO, 18, False, True),
     ("vit_hf", DYNAMO, 18, True, False),
     ("whisper_encoder", DYNAMO, 18, False, True),
@@ -105,7 +107,7 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
 
 
 def _generated(network: str, exporter: str, opset: int, dynamic: bool, ci: bool) -> ZooModel:
-    source = "torchvision" if network in _TORCHVISION else "transformers"
+    source = "torchvision" if network.removesuffix("_fp16") in _TORCHVISION else "transformers"
     tag = f"{'ts' if exporter == TORCHSCRIPT else 'dy'}{opset}{'-dyn' if dynamic else ''}"
     return ZooModel(f"{network}.{tag}", source, network, exporter, opset, dynamic, ci)
 
