@@ -461,6 +461,10 @@ def _check_total(graph: Graph, limits: Limits) -> None:
         )
 
 
+_BOUNDED_BY_INPUTS = frozenset({"NonZero", "Unique", "Compress"})
+"""Ops whose data-dependent result is never larger than their inputs (NonZero: rank x elements)."""
+
+
 def _check_fold_size(ctx: NodeContext, feeds: Mapping[str, np.ndarray]) -> None:
     """ONNX's shape inference sizes the outputs from the constant inputs before anything is evaluated:
     an op that would make a huge constant (Range to 2^40, OneHot of depth 10^9) is refused unrun."""
@@ -478,9 +482,12 @@ def _check_fold_size(ctx: NodeContext, feeds: Mapping[str, np.ndarray]) -> None:
         tt = inferred[name].tensor_type if name in inferred else None
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim] if tt else [-1]
         if tt is None or not tt.HasField("shape") or min(dims, default=0) < 0:
-            raise ctx.error(
-                f"cannot size {ctx.op_type}'s result before folding it (its shape depends on data)"
-            )
+            if ctx.op_type not in _BOUNDED_BY_INPUTS:
+                raise ctx.error(
+                    f"cannot size {ctx.op_type}'s result before folding it (its shape depends on data)"
+                )
+            # data decides the size, but never past every element of the inputs (times their rank)
+            dims = [sum(a.size * max(a.ndim, 1) for a in feeds.values())]
         try:
             ctx.budget.check(TensorType(tuple(dims), "float32"))
         except ShapeError as e:
