@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -240,6 +241,13 @@ def _matmul(ctx: NodeContext) -> Sequence[Expr]:
         a = ctx.emit("reshape", [a], shape=(1, a.type.shape[0]))
     if squeeze_b:
         b = ctx.emit("reshape", [b], shape=(b.type.shape[0], 1))
+    lead = a.type.shape[:-2]
+    if b.type.ndim == 2 and not squeeze_b and math.prod(lead) > 1:
+        # A 2-D right operand is shared by every batch of the left one: one GEMM over all their rows,
+        # not a batch of small ones ([197, 1, 768] x [768, 2304] is 197 GEMVs otherwise).
+        rows = math.prod(a.type.shape[:-1])
+        flat = ctx.emit("matmul", [ctx.emit("reshape", [a], shape=(rows, a.type.shape[-1])), b])
+        return [ctx.emit("reshape", [flat], shape=(*a.type.shape[:-1], b.type.shape[-1]))]
     y = ctx.emit("matmul", [a, b])
     if squeeze_a or squeeze_b:
         shape = list(y.type.shape)

@@ -541,6 +541,12 @@ case(
 case("Resize_axes", "Resize", RX, {"roi": E, "sc": f(3.0, 0.5)}, opset=18, axes=[2, 3])
 case("Resize_sizes_only", "Resize", RX, {"sz": ints(1, 2, 7, 3)}, input_order=["x", "", "", "sz"])
 
+# a 2-D right operand shared by a batched left one is one GEMM over all rows ([S, 1, K] x [K, N] as
+# torch's MultiheadAttention exports its input projection)
+case("MatMul_shared_right_rows_of_one", "MatMul", {"x": lambda: randn(7, 1, 8)}, {"w": randn(8, 6)})
+case("MatMul_shared_right_batched", "MatMul", {"x": lambda: randn(2, 3, 5, 8), "w": lambda: randn(8, 6)})
+case("MatMul_batched_left_vector_right", "MatMul", {"x": lambda: randn(3, 4, 8)}, {"w": randn(8)})
+
 # ---- transformer ops of opset 23 ---------------------------------------------------------------------
 QKV = {"q": lambda: randn(2, 4, 5, 8), "k": lambda: randn(2, 2, 7, 8), "v": lambda: randn(2, 2, 7, 6)}
 case("Attention_4d_gqa", "Attention", QKV, opset=23)
