@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.errors import ScheduleError
 from compiler.graph.ir import TensorType
 from compiler.ops.common import (
     FLOAT,
@@ -211,6 +210,17 @@ def _default_axis(info: KernelInfo, blk: Any) -> str:
     return "oc"
 
 
+def _groups(blk: Any) -> int:
+    """A conv block's channel groups: its input's channels over the channels one group reduces."""
+    oc_var = blk.iter_vars[1].var
+    data = next(
+        x
+        for x in walk_expr(blk.body.value)
+        if isinstance(x, Load) and not (x.indices and x.indices[0] is oc_var)
+    )
+    return int(data.buffer.shape[1]) // int(blk.iter_vars[4].extent)
+
+
 def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     """Register-tiled direct convolution.
 
@@ -222,8 +232,6 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     conv = info.anchor_block
     assert conv is not None
     kind = info.tags.get(conv, "anchor")
-    if kind == "anchor_grouped":
-        raise ScheduleError("grouped convolution uses the generic schedule")
     pad = f"{conv}_pad"
     keep = (pad,) if pad in sch.blocks() else ()
     inline_injective(sch, info, keep=keep)
@@ -254,14 +262,15 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
             pad if keep else None, info.target,
         ):  # fmt: skip
             keep = ()
-    elif sch.decide("vector_axis", ["oc", "ow"], _default_axis(info, blk)) == "ow":
-        # few output channels: vectorize along output columns, a register tile of channels, the
-        # weights broadcast (no packing)
+    elif kind == "anchor_grouped" or sch.decide("vector_axis", ["oc", "ow"], _default_axis(info, blk)) == "ow":  # noqa: E501
+        # few output channels, or channel groups: vectorize along output columns, a register tile of
+        # channels (within one group, so the tile shares its input rows), the weights broadcast
         regs = 32 if info.target.vector_bits >= 512 else 16
         oc = oc_iv.extent
+        per_group = oc // _groups(blk) if kind == "anchor_grouped" else oc
         max_oc = max(1, regs - 3)
-        oct0 = max(d for d in range(1, min(oc, max_oc) + 1) if oc % d == 0)
-        oct = sch.decide("oct", [d for d in range(1, min(oc, max_oc) + 1) if oc % d == 0], oct0)
+        options = [d for d in range(1, min(per_group, max_oc) + 1) if per_group % d == 0]
+        oct = sch.decide("oct", options, max(options))
         owo, owv = sch.split(low, [None, lanes])
         oco, oci = sch.split(loc, [None, oct])
         sch.reorder(ln, oco, loh, owo, lrc, lry, lrx, oci, owv)

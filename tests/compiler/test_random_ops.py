@@ -58,6 +58,29 @@ def test_random_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-
 
 
 @pytest.mark.parametrize("seed", range(8))
+def test_random_grouped_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Grouped (not depthwise) convs as RegNet and ResNeXt use them: group widths 2-16, output tiles
+    within one group, odd and short rows (masked vector tails), strides 1 and 2."""
+    rng = np.random.default_rng(900 + seed)
+    groups = int(rng.integers(2, 7))
+    per_in, per_out = int(rng.choice([2, 4, 8, 16])), int(rng.choice([2, 4, 8, 16]))
+    k, stride = int(rng.choice([1, 3])), int(rng.integers(1, 3))
+    h, w = int(rng.integers(k, 24)), int(rng.integers(k, 40))
+    x = _randn(rng, 1, groups * per_in, h, w)
+    wt = _randn(rng, groups * per_out, per_in, k, k)
+    bias = _randn(rng, groups * per_out)
+    model, feeds = single_op(
+        "Conv",
+        {"x": x},
+        {"w": wt, "b": bias},
+        strides=[stride, stride],
+        pads=[k // 2] * 4,
+        group=groups,
+    )
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(8))
 def test_random_strided_depthwise_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Strided depthwise convs read a padded input dealt into column phases: odd and even widths,
     asymmetric pads, dilation, strides 2 and 3."""
