@@ -278,6 +278,16 @@ case(
     pads=[1, 1, 1, 1],
 )
 case("ConvTranspose_groups", "ConvTranspose", XT, {"w": randn(4, 2, 3, 3)}, group=2, strides=[2, 2])
+# kernel = stride: a 1x1 conv and a depth-to-space rearrangement (the upsampling of detection heads)
+case("ConvTranspose_k2_s2_bias", "ConvTranspose", XT, {"w": randn(4, 6, 2, 2), "b": randn(6)}, strides=[2, 2])
+case("ConvTranspose_k3x2_s3x2", "ConvTranspose", XT, {"w": randn(4, 5, 3, 2)}, strides=[3, 2])
+case(
+    "ConvTranspose_1d_k4_s4",
+    "ConvTranspose",
+    {"x": lambda: randn(2, 4, 7)},
+    {"w": randn(4, 3, 4)},
+    strides=[4],
+)
 case(
     "ConvTranspose_dilation", "ConvTranspose", XT, {"w": randn(4, 3, 3, 2)}, dilations=[2, 3], strides=[1, 2]
 )
