@@ -83,6 +83,8 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
     ("gpt2", DYNAMO, 23, True, False),
     ("bert", DYNAMO, 23, True, True),
     ("vit_hf", DYNAMO, 23, False, False),
+    ("gpt2", DYNAMO, 24, True, False),  # 25 is the newest opset the installed onnxruntime runs
+    ("vit_hf", DYNAMO, 25, False, False),
     ("mobilenet_v2", TORCHSCRIPT, 11, True, False),
     ("mobilenet_v3_small", DYNAMO, 18, False, True),
     ("squeezenet1_1", TORCHSCRIPT, 13, True, True),
