@@ -47,8 +47,7 @@ def canonical(entries: dict[str, ZooModel]) -> list[str]:
     chosen: dict[str, str] = {}
     for name, entry in entries.items():
         best = chosen.get(entry.network)
-        preferred = entry.exporter in (TORCHSCRIPT, SHIPPED) and entry.opset in (17, None)
-        if best is None or (preferred and not _preferred(entries[best])):
+        if best is None or (_preferred(entry) and not _preferred(entries[best])):
             chosen[entry.network] = name
     return sorted(chosen.values())
 
@@ -187,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     settings = common.Settings.from_args(args.quick)
     names = sorted(ZOO) if args.all_variants else canonical(ZOO)
-    names = common.select(names, args.only) if args.only else names
+    names = common.select(names, args.only)
     ensure_generated(names)
     rows = []
     with tempfile.TemporaryDirectory(prefix="temper-zoo-") as tmp:
