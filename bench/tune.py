@@ -58,13 +58,19 @@ PACKAGES = (
 
 
 def compile_artifact(
-    model: bytes, shapes: Mapping[str, tuple[int, ...]], opt_level: int, path: Path, schedules: Any = None
+    model: bytes,
+    shapes: Mapping[str, tuple[int, ...]],
+    opt_level: int,
+    path: Path,
+    schedules: Any = None,
+    disabled_passes: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Compile (with tuned `schedules`, or the default ones) and save the artifact to `path`."""
     from compiler.pipeline import CompileOptions, compile_model
 
     start = time.perf_counter()
-    compiled = compile_model(model, CompileOptions(opt_level=opt_level, shapes=dict(shapes)), schedules)
+    options = CompileOptions(opt_level=opt_level, shapes=dict(shapes), disabled_passes=disabled_passes)
+    compiled = compile_model(model, options, schedules)
     seconds = time.perf_counter() - start
     compiled.save(path)
     kernels = compiled.manifest.get("kernels", [])

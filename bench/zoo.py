@@ -74,7 +74,13 @@ def _torch_eager(entry: ZooModel, feeds: dict[str, np.ndarray]) -> Callable[[], 
 
 
 def bench_entry(
-    name: str, settings: common.Settings, *, opt_level: int, tuned: int | None, directory: Path
+    name: str,
+    settings: common.Settings,
+    *,
+    opt_level: int,
+    tuned: int | None,
+    directory: Path,
+    disabled_passes: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     entry = ZOO[name]
     row: dict[str, Any] = {
@@ -89,7 +95,7 @@ def bench_entry(
     reference = dict(zip([o.name for o in checker.get_outputs()], checker.run(None, feeds), strict=True))
     del checker
     gc.collect()
-    built = compile_artifact(data, shapes, opt_level, directory / f"{name}.temper")
+    built = compile_artifact(data, shapes, opt_level, directory / f"{name}.temper", None, disabled_passes)
     row.update(compile_s=built["compile_s"], kernels=built["kernels"])
     import compiler.runtime
 
@@ -180,6 +186,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tuned", type=int, metavar="TRIALS", help="tune each model first (trials per task)")
     parser.add_argument("--profile", metavar="NAME", help="per-op profile of one entry against onnxruntime's")
     parser.add_argument("--opt-level", type=int, default=3)
+    parser.add_argument(
+        "--disable-pass",
+        action="append",
+        default=[],
+        metavar="PASS",
+        help="skip this graph pass (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.profile:
         _profile(args.profile)
@@ -194,7 +207,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"… {name}", flush=True)
             try:
                 row = bench_entry(
-                    name, settings, opt_level=args.opt_level, tuned=args.tuned, directory=Path(tmp)
+                    name,
+                    settings,
+                    opt_level=args.opt_level,
+                    tuned=args.tuned,
+                    directory=Path(tmp),
+                    disabled_passes=frozenset(args.disable_pass),
                 )
             except Exception as exc:  # one model's failure is a row, never the end of the run
                 row = {

@@ -22,7 +22,7 @@ from compiler.codegen.library import CodeLibrary
 from compiler.errors import CompilerError
 from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Call, Graph
-from compiler.graph.passes import run_passes
+from compiler.graph.passes import PassContext, check_disabled, run_passes
 from compiler.graph.passes.fuse import print_fused
 from compiler.graph.printer import print_graph
 from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernel, lower_group
@@ -50,10 +50,17 @@ class CompileOptions:
     # a model given as a path may keep weights in external data files next to it (never outside
     # its directory); False refuses them, as a model given as bytes always does
     external_data: bool = True
+    # graph passes to skip (see compiler.graph.passes.optional_passes), e.g. {"alter_layout"}
+    disabled_passes: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not 0 <= self.opt_level <= 3:
             raise CompilerError(f"opt level must be 0..3, got {self.opt_level}")
+        object.__setattr__(self, "disabled_passes", frozenset(self.disabled_passes))
+        try:
+            check_disabled(self.disabled_passes)
+        except ValueError as e:
+            raise CompilerError(str(e)) from None
 
 
 @dataclass
@@ -99,7 +106,10 @@ def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
     )
     graph = imported.graph
     seen: list[Graph] = [graph]
-    fused, passes = run_passes(graph, options.opt_level, lambda _, g: seen.append(g))  # passes + partition
+    context = PassContext(channel_block=target.lanes("float32"))
+    fused, passes = run_passes(
+        graph, options.opt_level, lambda _, g: seen.append(g), context, options.disabled_passes
+    )  # the graph passes, then the partition into kernels
     optimized = seen[-2]  # the graph before partitioning into kernels
     outputs = {id(o) for o in fused.outputs}
     groups: list[Call] = []

@@ -61,6 +61,11 @@ class Target:
         width = {"float32": 32, "int32": 32, "float64": 64, "int64": 64}.get(dtype, 32)
         return max(1, self.vector_bits // width)
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers a register tile may use (AVX-512 doubles them)."""
+        return 32 if self.vector_bits >= 512 else 16
+
     def to_json(self) -> dict[str, object]:
         return {
             "triple": self.triple,

@@ -90,6 +90,7 @@ def _options(
     shapes: dict[str, tuple[int, ...]],
     dump_ir: Path | None,
     no_external_data: bool = False,
+    disable_pass: list[str] | None = None,
 ) -> Any:
     from compiler.pipeline import CompileOptions
 
@@ -99,6 +100,7 @@ def _options(
         shapes=shapes,
         dump_ir=str(dump_ir) if dump_ir else None,
         external_data=not no_external_data,
+        disabled_passes=frozenset(disable_pass or ()),
     )
 
 
@@ -120,6 +122,14 @@ def _main(
 ModelArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="The ONNX model file.")]
 TargetOpt = Annotated[str, typer.Option("--target", help="LLVM target: 'host' or an LLVM CPU name.")]
 OptLevelOpt = Annotated[int, typer.Option("--opt-level", min=0, help="Graph optimisation level.")]
+DisablePassOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--disable-pass",
+        metavar="PASS",
+        help="Skip this graph pass (repeatable; e.g. alter_layout). The manifest lists the passes that ran.",
+    ),
+]
 ShapeOpt = Annotated[
     list[str] | None,
     typer.Option("--shape", metavar="NAME=D1,D2,...", help="Bind an input's shape (repeatable)."),
@@ -223,11 +233,16 @@ def compile_command(
     server: ServerOpt = None,
     api_key: ApiKeyOpt = None,
     no_external_data: NoExternalOpt = False,
+    disable_pass: DisablePassOpt = None,
 ) -> None:
     """Compile an ONNX model to a self-contained artifact (tuned schedules from the database)."""
     shapes = parse_shapes(shape)
     if server is not None:
         _refuse_local_options(db=db, dump_ir=dump_ir)
+        if disable_pass:
+            raise typer.BadParameter(
+                "is a local compile option (not with --server)", param_hint="'--disable-pass'"
+            )
         pins = dict(_remote_override(spec) for spec in override or [])
         with _remote(server, api_key) as (client, remote):
             digest, manifest = remote.compile_remote(
@@ -253,7 +268,9 @@ def compile_command(
         database = _open_schedules(db, no_tuned)
         try:
             pins = dict(parse_override(spec, database) for spec in override or [])
-            options = replace(_options(target, opt_level, shapes, dump_ir, no_external_data), overrides=pins)
+            options = replace(
+                _options(target, opt_level, shapes, dump_ir, no_external_data, disable_pass), overrides=pins
+            )
             source = DatabaseSource(database) if database is not None else None
             compiled = compile_model(model, options, source)
         finally:
@@ -447,6 +464,7 @@ def inspect_command(
     target: TargetOpt = "host",
     opt_level: OptLevelOpt = 3,
     no_external_data: NoExternalOpt = False,
+    disable_pass: DisablePassOpt = None,
 ) -> None:
     """Print a model's IR at one stage of the pipeline."""
     shapes = parse_shapes(shape)
@@ -455,7 +473,7 @@ def inspect_command(
 
         if stage not in STAGES:
             raise typer.BadParameter(f"{stage!r} is not one of {', '.join(STAGES)}", param_hint="'--stage'")
-        options = _options(target, opt_level, shapes, None, no_external_data)
+        options = _options(target, opt_level, shapes, None, no_external_data, disable_pass)
         text = inspect_model(model, stage, options, kernel=kernel)
     typer.echo(text.rstrip("\n"))
 

@@ -176,7 +176,7 @@ def _conv2d_compute(
 def conv_tile(target: Any, oc: int, ow: int) -> tuple[int, int]:
     """(oc tile = vector lanes x 1|2, ow tile) with as many accumulators as registers allow."""
     lanes = target.lanes()
-    regs = 32 if target.vector_bits >= 512 else 16
+    regs = target.vector_registers
     best, best_score = (min(oc, lanes), 1), -1.0
     for nvec in (2, 1):
         nt = nvec * lanes
@@ -265,7 +265,7 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     elif kind == "anchor_grouped" or sch.decide("vector_axis", ["oc", "ow"], _default_axis(info, blk)) == "ow":  # noqa: E501
         # few output channels, or channel groups: vectorize along output columns, a register tile of
         # channels (within one group, so the tile shares its input rows), the weights broadcast
-        regs = 32 if info.target.vector_bits >= 512 else 16
+        regs = info.target.vector_registers
         oc = oc_iv.extent
         per_group = oc // _groups(blk) if kind == "anchor_grouped" else oc
         max_oc = max(1, regs - 3)
@@ -285,7 +285,7 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
         sch.vectorize(inner.var.name)
     else:
         nt0, owt0 = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
-        regs = 32 if info.target.vector_bits >= 512 else 16
+        regs = info.target.vector_registers
         oc = oc_iv.extent
         nt = sch.decide("nt", sorted({v * lanes for v in (1, 2, 3, 4) if oc % (v * lanes) == 0} | {nt0}), nt0)
         nvec = max(1, -(-nt // lanes))

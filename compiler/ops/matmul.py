@@ -69,7 +69,7 @@ def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
     many rows as the vector registers allow, both dividing the extents when possible (a single
     row, as in a dense layer at batch 1, gets a wide column tile: more independent accumulators)."""
     lanes = target.lanes()
-    regs = 32 if target.vector_bits >= 512 else 16
+    regs = target.vector_registers
     best = (1, min(cols, lanes))
     best_score = -1.0
     for nvec in range(8, 0, -1):
@@ -117,7 +117,7 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     *batch, li, lj, lk = loops
     M, N, K = blk.iter_vars[-3].extent, blk.iter_vars[-2].extent, blk.iter_vars[-1].extent
     lanes = info.target.lanes()
-    regs = 32 if info.target.vector_bits >= 512 else 16
+    regs = info.target.vector_registers
     mt0, nt0 = register_tile(info.target, M, N)
     nt_options = sorted({min(v * lanes, N) for v in range(1, 9)} | {nt0})
     nt = sch.decide("nt", nt_options, nt0)

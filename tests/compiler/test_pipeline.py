@@ -20,7 +20,9 @@ def test_every_stage_prints(model: bytes) -> None:
     texts = {stage: inspect_model(model, stage, CompileOptions()) for stage in STAGES}
     assert "conv2d(" in texts["graph"] and "def @main" in texts["graph"]
     assert "fused" in texts["fused"]
-    assert "with block('conv2d'" in texts["tir"]
+    # the conv runs in the blocked channel layout: converted at the chain's ends, weights pre-packed
+    assert "layout_transform(" in texts["optimized"] and "conv2d_nchwc(" in texts["optimized"]
+    assert "with block('conv2d_nchwc'" in texts["tir"]
     assert "parallel(" in texts["scheduled"] or "vectorized(" in texts["scheduled"]
     assert "define" in texts["llvm"] and "fmul" in texts["llvm"]
     assert "vfmadd" in texts["asm"] or "vmulps" in texts["asm"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from compiler.pipeline import CompileOptions, compile_model
+from compiler.target import parse_target
 from tests.compiler.frontend.onnx_check import run_ort, single_op
 from tests.compiler.test_compiled_ops import compile_and_run
 
@@ -101,6 +103,43 @@ def test_random_strided_depthwise_conv2d(seed: int, tmp_path) -> None:  # type: 
         dilations=[dil, dil],
         group=channels,
     )
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_blocked_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Convs the layout pass runs in NCHW{lanes}c: dense (with an RGB-like stem of any channel count),
+    depthwise and whole-block grouped, kernels 1-7, strides 1-2, dilation, asymmetric pads, rows that
+    do not divide into register tiles."""
+    rng = np.random.default_rng(1300 + seed)
+    lanes = parse_target("host").lanes()
+    kind = ("dense", "stem", "depthwise", "grouped")[seed % 4]
+    groups = 1
+    cin, cout = lanes * int(rng.integers(1, 4)), lanes * int(rng.integers(1, 4))
+    if kind == "stem":
+        cin = int(rng.integers(1, lanes))
+    elif kind == "depthwise":
+        groups = cout = cin
+    elif kind == "grouped":
+        groups = 2
+        cin, cout = 2 * lanes, 2 * lanes * int(rng.integers(1, 3))
+    k = int(rng.choice([1, 3, 5, 7]))
+    stride, dil = int(rng.integers(1, 3)), int(rng.choice([1, 1, 2]))
+    pads = [int(p) for p in rng.integers(0, k, 4)]
+    h, w = int(rng.integers(k * dil, 24)), int(rng.integers(k * dil, 40))
+    x = _randn(rng, int(rng.integers(1, 3)), cin, h, w)
+    model, feeds = single_op(
+        "Conv",
+        {"x": x},
+        {"w": _randn(rng, cout, cin // groups, k, k), "b": _randn(rng, cout)},
+        strides=[stride, stride],
+        pads=pads,
+        dilations=[dil, dil],
+        group=groups,
+    )
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    assert any("conv2d_nchwc" in k["name"] for k in compiled.manifest["kernels"]), kind
+    assert "alter_layout" in compiled.manifest["passes"]
     _check(model, feeds, tmp_path, opt_level=3)
 
 

@@ -324,3 +324,30 @@ def test_external_weights_next_to_the_model_and_the_flag_that_refuses_them(
     assert refused.exit_code != 0 and "external file" in refused.output
     inspected = runner.invoke(app, ["inspect", str(model), "--stage", "graph", "--no-external-data"])
     assert inspected.exit_code != 0 and "external file" in inspected.output
+
+
+def test_inspect_shows_the_blocked_layout_and_disable_pass_turns_it_off(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    import onnx
+
+    from tests.models import builders
+
+    model = tmp_path / "resnet.onnx"
+    onnx.save(builders.resnet18(1, image=32, classes=10), model)
+    result = runner.invoke(app, ["inspect", str(model), "--stage", "optimized"])
+    assert result.exit_code == 0, result.output
+    assert "layout_transform" in result.stdout and "conv2d_nchwc" in result.stdout
+    result = runner.invoke(
+        app, ["inspect", str(model), "--stage", "optimized", "--disable-pass", "alter_layout"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "layout_transform" not in result.stdout and "conv2d_nchwc" not in result.stdout
+    result = runner.invoke(app, ["inspect", str(model), "--stage", "graph", "--disable-pass", "fuse_ops"])
+    _assert_user_error(result, "cannot disable pass 'fuse_ops'")
+    out = tmp_path / "plain.temper"
+    result = runner.invoke(app, ["compile", str(model), "-o", str(out), "--disable-pass", "alter_layout"])
+    assert result.exit_code == 0, result.output
+    from compiler.runtime import load
+
+    assert "alter_layout" not in load(out).manifest["passes"]

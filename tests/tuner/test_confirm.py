@@ -14,7 +14,7 @@ from tests.tuner.test_tune import _run, twin_conv_model
 from tuner.apply import DatabaseSource
 from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists
 from tuner.records import trace_hash
-from tuner.space import default_trace
+from tuner.space import default_trace, space_size
 from tuner.task import Task, extract_tasks
 from tuner.tune import TuneOptions, tune
 
@@ -28,12 +28,15 @@ def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there
     assert final.phase == "confirm" and final.finished
     assert len(report["variant_secs"]) == 3 and all(s > 0 for s in report["variant_secs"])
     target = host_target().key
-    default_of = {t.key: default_trace(t.workload).to_json() for t in extract_tasks(model, CompileOptions())}
+    extracted = {t.key: t for t in extract_tasks(model, CompileOptions())}
+    default_of = {key: default_trace(t.workload).to_json() for key, t in extracted.items()}
     chosen = {}
+    compared: set[str] = set()
     for task in report["tasks"]:
         in_model = {int(k): v for k, v in task["in_model"].items()}
         alone = {int(k): v for k, v in task["alone"].items()}
-        assert len(in_model) >= 2
+        # every task with a choice has finalists (a layout transform's space may be one schedule)
+        assert len(in_model) >= min(2, space_size(extracted[task["key"]].workload))
         default = db.get_record(task["default"]) if task["default"] is not None else None
         ok_default = next(
             (
@@ -50,15 +53,20 @@ def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there
         assert task["isolated_best"] == min(alone, key=lambda r: (alone[r], r))
         assert task["chosen"] == min(in_model, key=lambda r: (in_model[r], r))
         stored = {r.id: r.model_secs for r in db.records(task["key"], target) if r.model_secs is not None}
-        assert stored == pytest.approx(in_model)
+        if len(in_model) > 1:  # one finalist has nothing to be compared with: its record stays as measured
+            assert stored == pytest.approx(in_model)
         best = db.best(task["key"], target)
         assert best is not None and best.id == task["chosen"]
         chosen[task["key"]] = task["chosen"]
+        if len(in_model) > 1:
+            compared.add(task["key"])
     compiled = compile_model(model.SerializeToString(), CompileOptions(), DatabaseSource(db))
     for kernel in compiled.manifest["kernels"]:
         schedule = kernel["schedule"]
         assert schedule["record_id"] == chosen[kernel["workload_key"]]
-        assert schedule["model_s"] > 0 and schedule["measured_s"] > 0
+        assert schedule["measured_s"] > 0
+        if kernel["workload_key"] in compared:
+            assert schedule["model_s"] > 0
     got, want = _run(model, compiled, tmp_path)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 

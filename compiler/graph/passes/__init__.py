@@ -8,9 +8,11 @@ survives any pass (see eliminate.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from compiler.graph.ir import Graph
+from compiler.graph.passes.alter_layout import alter_conv_layout
 from compiler.graph.passes.eliminate import common_subexpression_elimination, dead_code_elimination
 from compiler.graph.passes.fold_batch_norm import fold_batch_norm
 from compiler.graph.passes.fold_constants import fold_constants
@@ -18,7 +20,21 @@ from compiler.graph.passes.fuse import Group, partition, print_fused
 from compiler.graph.passes.pointwise_matmul import pointwise_conv_to_matmul
 from compiler.graph.passes.simplify import simplify
 
-Pass = Callable[[Graph], Graph]
+
+@dataclass(frozen=True)
+class PassContext:
+    """What target-dependent passes know of the target."""
+
+    # channels per block of the NCHW{b}c layout: the target's float32 vector lanes (0 or 1: none)
+    channel_block: int = 0
+
+
+Pass = Callable[[Graph, PassContext], Graph]
+
+
+def _plain(fn: Callable[[Graph], Graph]) -> Pass:
+    """A pass that needs nothing of the target."""
+    return lambda graph, _ctx: fn(graph)
 
 
 def one_kernel_per_op(graph: Graph) -> Graph:
@@ -29,44 +45,77 @@ def fuse_ops(graph: Graph) -> Graph:
     return partition(graph, fuse=True)
 
 
+def alter_layout(graph: Graph, ctx: PassContext) -> Graph:
+    return alter_conv_layout(graph, ctx.channel_block)
+
+
 _LEVEL_0: list[tuple[str, Pass]] = [
-    ("one_kernel_per_op", one_kernel_per_op),  # what compiling needs: every op becomes one kernel
+    ("one_kernel_per_op", _plain(one_kernel_per_op)),  # what compiling needs: every op becomes one kernel
 ]
 _LEVEL_1: list[tuple[str, Pass]] = [
-    (
-        "fold_constants",
-        fold_constants,
-    ),  # compute-once values (weight transposes, shape math) become constants
-    ("one_kernel_per_op", one_kernel_per_op),
+    ("fold_constants", _plain(fold_constants)),  # compute-once values (weight transposes, shape math)
+    ("one_kernel_per_op", _plain(one_kernel_per_op)),
 ]
 _LEVEL_2: list[tuple[str, Pass]] = [
-    ("fold_constants", fold_constants),
-    ("simplify", simplify),  # drop no-op reshapes/casts/x*1/x+0, merge reshape and transpose chains
-    ("fold_batch_norm", fold_batch_norm),  # BN scales conv/matmul weights; the rest become mul + add
+    ("fold_constants", _plain(fold_constants)),
+    ("simplify", _plain(simplify)),  # drop no-op reshapes/casts/x*1/x+0, merge reshape and transpose chains
+    ("fold_batch_norm", _plain(fold_batch_norm)),  # BN scales conv/matmul weights; the rest become mul + add
+    # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
+    ("alter_layout", alter_layout),
     # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
     # reshapes this leaves between two such layers cancel out
-    ("pointwise_conv_to_matmul", pointwise_conv_to_matmul),
-    ("simplify_reshapes", simplify),
-    ("common_subexpression_elimination", common_subexpression_elimination),  # merge equal consts and calls
-    ("one_kernel_per_op", one_kernel_per_op),
+    ("pointwise_conv_to_matmul", _plain(pointwise_conv_to_matmul)),
+    ("simplify_reshapes", _plain(simplify)),
+    (
+        "common_subexpression_elimination",
+        _plain(common_subexpression_elimination),
+    ),  # merge equal consts and calls
+    ("one_kernel_per_op", _plain(one_kernel_per_op)),
 ]
 _LEVEL_3: list[tuple[str, Pass]] = [
     *_LEVEL_2[:-1],
-    ("fuse_ops", fuse_ops),  # anchor + elementwise epilogue and injective chains become one kernel each
+    # anchor + elementwise epilogue and injective chains become one kernel each
+    ("fuse_ops", _plain(fuse_ops)),
 ]
 PASSES_BY_LEVEL: dict[int, list[tuple[str, Pass]]] = {0: _LEVEL_0, 1: _LEVEL_1, 2: _LEVEL_2, 3: _LEVEL_3}
 
 
+PARTITIONS = ("one_kernel_per_op", "fuse_ops")
+
+
+def optional_passes() -> list[str]:
+    """Every pass a user may turn off: all but the partition that makes kernels."""
+    return [name for name, _ in PASSES_BY_LEVEL[3] if name not in PARTITIONS]
+
+
+def check_disabled(disabled: Collection[str]) -> None:
+    """ValueError naming each pass that cannot be disabled (unknown, or the partition)."""
+    bad = sorted(set(disabled) - set(optional_passes()))
+    if bad:
+        raise ValueError(
+            f"cannot disable pass {', '.join(repr(b) for b in bad)}: passes that can be disabled are "
+            f"{', '.join(optional_passes())} (the partition into kernels is what --opt-level chooses)"
+        )
+
+
 def run_passes(
-    graph: Graph, level: int, on_pass: Callable[[str, Graph], None] | None = None
+    graph: Graph,
+    level: int,
+    on_pass: Callable[[str, Graph], None] | None = None,
+    context: PassContext | None = None,
+    disabled: Collection[str] = (),
 ) -> tuple[Graph, list[str]]:
-    """Run the passes of `level` in order; returns the fused graph and the names of the passes that
-    ran. `on_pass(name, graph)` sees the graph after each pass (for IR dumps)."""
+    """Run the passes of `level` in order, but the `disabled` ones; returns the fused graph and the
+    names of the passes that ran. `on_pass(name, graph)` sees the graph after each pass (IR dumps)."""
     if level not in PASSES_BY_LEVEL:
         raise ValueError(f"opt level must be one of {sorted(PASSES_BY_LEVEL)}, got {level}")
+    check_disabled(disabled)
+    ctx = context or PassContext()
     ran: list[str] = []
     for name, fn in PASSES_BY_LEVEL[level]:
-        graph = fn(graph)
+        if name in disabled:
+            continue
+        graph = fn(graph, ctx)
         ran.append(name)
         if on_pass is not None:
             on_pass(name, graph)
@@ -76,12 +125,16 @@ def run_passes(
 __all__ = [
     "PASSES_BY_LEVEL",
     "Group",
+    "PassContext",
+    "alter_conv_layout",
+    "check_disabled",
     "common_subexpression_elimination",
     "dead_code_elimination",
     "fold_batch_norm",
     "fold_constants",
     "fuse_ops",
     "one_kernel_per_op",
+    "optional_passes",
     "partition",
     "pointwise_conv_to_matmul",
     "print_fused",

@@ -15,7 +15,7 @@ from compiler.ops import common
 from compiler.ops.registry import Pattern, all_ops, get
 
 VOCABULARY = {
-    Pattern.ANCHOR: {"conv2d", "conv_transpose2d", "matmul", "max_pool2d", "avg_pool2d"},
+    Pattern.ANCHOR: {"conv2d", "conv2d_nchwc", "conv_transpose2d", "matmul", "max_pool2d", "avg_pool2d"},
     Pattern.REDUCTION: {
         *("reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm", "cumsum"),
     },
@@ -31,7 +31,7 @@ VOCABULARY = {
     },
     Pattern.INJECTIVE: {
         *("reshape", "transpose", "concat", "slice", "gather", "expand", "pad", "resize"),
-        *("gather_nd", "gather_elements"),
+        *("gather_nd", "gather_elements", "layout_transform"),
     },
     Pattern.OPAQUE: {"scatter_nd", "scatter_elements", "topk_values", "topk_indices"},
 }

@@ -1,0 +1,199 @@
+"""Layout alteration: convolution chains run in the blocked channel layout NCHW{b}c.
+
+b is the target's float vector lanes. Every convolution that can run blocked becomes conv2d_nchwc
+with its weight packed at compile time ([OC/b, C/ib, KH, KW, ib, b], a constant); the values between
+such convolutions stay blocked as long as their ops are layout-agnostic: elementwise and
+broadcasting ops (bias, activations, residual adds, squeeze-excitation scales; their constant
+operands are re-laid out here), reductions over the spatial axes (global pooling) and channel
+concatenation. A layout_transform is inserted only where a value crosses between a blocked and a
+planar op (the chain's input, its outputs, ops with no blocked form), at most once per value and
+direction, so consecutive blocked ops never convert between them.
+
+What runs blocked (every rule states its reason in `why_planar` for `temper explain`):
+- dense convs whose output channels are a multiple of b; their input block is b, or for a stem with
+  fewer channels (an RGB image) the largest divisor of the channels up to b;
+- depthwise convs (one channel per group) and grouped convs whose groups are whole blocks of b.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from compiler.graph.ir import Call, Const, Expr, Graph, TensorType, attrs_of
+from compiler.ops import registry
+from compiler.ops.conv2d_blocked import pack_weight
+from compiler.ops.layout import PLANAR, blocked_layout, to_blocked
+from compiler.ops.registry import Pattern
+
+_SPATIAL_REDUCTIONS = ("reduce_mean", "reduce_max", "reduce_sum")
+_LAYOUT_DEPENDENT = ("batch_norm",)  # BROADCAST ops whose operands are not numpy-broadcast
+
+
+def why_planar(call: Call, block: int) -> str | None:
+    """None when this conv2d can run blocked with channel block `block`, else the reason."""
+    if call.op != "conv2d":
+        return "not a conv2d"
+    x, w = call.args
+    if not isinstance(w, Const):
+        return "its weight is not a constant (it cannot be packed at compile time)"
+    if x.type.dtype != "float32" or x.type.ndim != 4:
+        return f"the blocked layout is for 4-D float32 convs, this one is {x.type}"
+    groups = call.attr("groups", 1)
+    c, oc, cg = x.type.shape[1], call.type.shape[1], w.type.shape[1]
+    if oc % block:
+        return f"its {oc} output channels are not a multiple of the block {block}"
+    if groups == 1 or (groups == c == oc and cg == 1):
+        return None
+    if cg % block or (oc // groups) % block:
+        return f"its {groups} groups of {cg} input channels are not whole blocks of {block}"
+    return None
+
+
+def _input_block(call: Call, block: int) -> int:
+    c = call.args[0].type.shape[1]
+    if c % block == 0 or call.attr("groups", 1) != 1:
+        return block
+    return max(d for d in range(1, block + 1) if c % d == 0)
+
+
+def _blocked_type(t: TensorType, block: int) -> TensorType:
+    n, c, h, w = t.shape
+    return TensorType((n, c // block, h, w, block), t.dtype)
+
+
+def _as_nchw(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    return None if len(shape) > 4 else (1,) * (4 - len(shape)) + shape
+
+
+class _Rewriter:
+    """Builds the new graph: each old value exists natively in one layout, and its other form is a
+    layout_transform made on demand, once."""
+
+    def __init__(self, block: int) -> None:
+        self.block = block
+        self.planar: dict[int, Expr] = {}
+        self.blocked: dict[int, Expr] = {}  # id(old) -> value in NCHW{block}c (or NCHW{ib}c for a stem)
+
+    def as_planar(self, old: Expr) -> Expr:
+        if id(old) not in self.planar:
+            src = self.blocked[id(old)]
+            layout = blocked_layout(src.type.shape[4])
+            self.planar[id(old)] = _transform(src, layout, PLANAR, old.type, f"{_name(old)}.to_{PLANAR}")
+        return self.planar[id(old)]
+
+    def as_blocked(self, old: Expr, block: int) -> Expr:
+        have = self.blocked.get(id(old))
+        if have is not None and have.type.shape[4] == block:
+            return have
+        if isinstance(old, Const):
+            return Const(f"{old.name}.{blocked_layout(block)}", to_blocked(old.data, block))
+        layout = blocked_layout(block)
+        made = _transform(
+            self.as_planar(old), PLANAR, layout, _blocked_type(old.type, block), f"{_name(old)}.to_{layout}"
+        )
+        if have is None:
+            self.blocked[id(old)] = made
+        return made
+
+    def is_blocked(self, old: Expr) -> bool:
+        return id(old) in self.blocked and self.blocked[id(old)].type.shape[4] == self.block
+
+    # ----------------------------------------------------------------------- one rule per op kind
+    def conv(self, call: Call) -> Expr | None:
+        if why_planar(call, self.block) is not None:
+            return None
+        x, w = call.args
+        assert isinstance(w, Const)
+        ib = _input_block(call, self.block)
+        depthwise = call.attr("groups", 1) == x.type.shape[1] and w.type.shape[1] == 1
+        packed = pack_weight(w.data, 1 if depthwise else ib, self.block)
+        layout = f"OIHW{1 if depthwise else ib}i{self.block}o"
+        weight = Const(f"{w.name}.{layout}", packed)
+        out = _blocked_type(call.type, self.block)
+        return Call("conv2d_nchwc", (self.as_blocked(x, ib), weight), call.attrs, out, call.name)
+
+    def broadcast(self, call: Call) -> Expr | None:
+        """An elementwise/broadcasting op with a blocked operand of the output's channels."""
+        pattern = registry.get(call.op).pattern
+        if pattern > Pattern.BROADCAST or call.op in _LAYOUT_DEPENDENT or call.type.ndim != 4:
+            return None
+        c = call.type.shape[1]
+        if c % self.block or not any(self.is_blocked(a) for a in call.args):
+            return None
+        args: list[Expr] = []
+        for a in call.args:
+            shape = _as_nchw(a.type.shape)
+            if shape is None:
+                return None
+            if isinstance(a, Const):
+                data = a.data.reshape(shape)
+                if shape[1] == c:
+                    args.append(Const(f"{a.name}.{blocked_layout(self.block)}", to_blocked(data, self.block)))
+                elif shape[1] == 1:
+                    args.append(Const(f"{a.name}.{blocked_layout(1)}", data[..., None]))
+                else:
+                    return None
+            elif shape[1] == c and (a.type.ndim == 4 or self.is_blocked(a)):
+                args.append(self.as_blocked(a, self.block))
+            elif shape[1] == 1:
+                args.append(_reshape(self.as_any(a), (*shape, 1), f"{_name(a)}.{blocked_layout(1)}"))
+            else:
+                return None
+        return Call(call.op, tuple(args), call.attrs, _blocked_type(call.type, self.block), call.name)
+
+    def reduction(self, call: Call) -> Expr | None:
+        """A reduction over the spatial axes of a blocked value (global pooling)."""
+        if call.op not in _SPATIAL_REDUCTIONS or not self.is_blocked(call.args[0]):
+            return None
+        axes = call.attr("axes")
+        if axes is None or not call.attr("keepdims", 1) or {a % 4 for a in axes} - {2, 3}:
+            return None
+        x = self.blocked[id(call.args[0])]
+        attrs = attrs_of({**call.attr_dict, "axes": tuple(sorted(a % 4 for a in axes))})
+        return Call(call.op, (x,), attrs, _blocked_type(call.type, self.block), call.name)
+
+    def concat(self, call: Call) -> Expr | None:
+        """Concatenation of whole channel blocks."""
+        if call.op != "concat" or call.type.ndim != 4 or call.attr("axis") % 4 != 1:
+            return None
+        if any(a.type.shape[1] % self.block for a in call.args) or not any(
+            self.is_blocked(a) for a in call.args
+        ):
+            return None
+        args = tuple(self.as_blocked(a, self.block) for a in call.args)
+        return Call("concat", args, call.attrs, _blocked_type(call.type, self.block), call.name)
+
+    def as_any(self, old: Expr) -> Expr:
+        return self.planar.get(id(old)) or self.as_planar(old)
+
+
+def _name(e: Expr) -> str:
+    return e.name or "value"
+
+
+def _transform(x: Expr, src: str, dst: str, out: TensorType, name: str) -> Call:
+    return Call("layout_transform", (x,), attrs_of({"src_layout": src, "dst_layout": dst}), out, name)
+
+
+def _reshape(x: Expr, shape: tuple[int, ...], name: str) -> Call:
+    return Call("reshape", (x,), (("shape", shape),), TensorType(shape, x.type.dtype), name)
+
+
+def alter_conv_layout(graph: Graph, block: int) -> Graph:
+    """Rewrite convolution chains into NCHW{block}c (block <= 1: the graph unchanged)."""
+    if block <= 1 or not any(c.op == "conv2d" and why_planar(c, block) is None for c in graph.calls()):
+        return graph
+    rw = _Rewriter(block)
+    rules: list[Callable[[Call], Expr | None]] = [rw.conv, rw.broadcast, rw.reduction, rw.concat]
+    for node in graph.nodes():
+        if not isinstance(node, Call):
+            rw.planar[id(node)] = node
+            continue
+        made = next((m for rule in rules if (m := rule(node)) is not None), None)
+        if made is not None:
+            rw.blocked[id(node)] = made
+            continue
+        args = tuple(rw.as_planar(a) for a in node.args)
+        same = all(a is b for a, b in zip(args, node.args, strict=True))
+        rw.planar[id(node)] = node if same else Call(node.op, args, node.attrs, node.type, node.name)
+    return graph.with_outputs(tuple(rw.as_planar(o) for o in graph.outputs))

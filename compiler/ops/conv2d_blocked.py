@@ -1,0 +1,232 @@
+"""conv2d_nchwc: convolution in the blocked channel layout (see compiler/ops/layout.py).
+
+Input x is [N, C/ib, H, W, ib]; the weight is pre-packed [OC/ob, Cg/ib, KH, KW, ib, ob] (Cg = C /
+groups, the channels one group reduces) and the output is [N, OC/ob, OH, OW, ob]. A depthwise conv
+(groups = C = OC) has the weight [C/ob, 1, KH, KW, 1, ob]: output lane c reads input lane c.
+Attributes as conv2d: strides, pads (top, left, bottom, right), dilations, groups.
+
+Why a blocked layout: with ob the vector lanes, the inner loop of a dense conv is one broadcast
+input value times one contiguous weight vector into a register tile of output pixels, and the tile
+is stored as whole vectors (NCHW would scatter each channel vector across planes); a depthwise conv
+reads contiguous channel vectors for every kernel size and stride.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.ir import TensorType
+from compiler.ops.common import FLOAT, conv_out_size, expect_args, expect_dtype, fail, int_attr
+from compiler.ops.conv2d import _consumer_and_scope, _conv2d, pad_tensor, window_attrs
+from compiler.ops.layout import to_blocked, to_planar
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.target import Target
+from compiler.tir import compute as te
+from compiler.tir.ir import BinOp, Expr
+from compiler.tir.rules import (
+    MIN_PARALLEL_FLOPS,
+    KernelInfo,
+    block_of,
+    inline_injective,
+    parallel_vectorize,
+    root_loops,
+)
+from compiler.tir.trace import Schedule
+
+
+def pack_weight(w: np.ndarray, in_block: int, out_block: int) -> np.ndarray:
+    """OIHW (I = channels per group) -> [O/ob, I/ib, KH, KW, ib, ob]."""
+    o, i, kh, kw = w.shape
+    packed = w.reshape(o // out_block, out_block, i // in_block, in_block, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    return np.ascontiguousarray(packed)
+
+
+def unpack_weight(w: np.ndarray) -> np.ndarray:
+    ocb, icb, kh, kw, ib, ob = w.shape
+    return np.ascontiguousarray(w.transpose(0, 5, 1, 4, 2, 3).reshape(ocb * ob, icb * ib, kh, kw))
+
+
+def _is_depthwise(x: TensorType, w: TensorType, groups: int) -> bool:
+    return groups == x.shape[1] * x.shape[4] and w.shape[1] == 1 and w.shape[4] == 1
+
+
+def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("conv2d_nchwc", types, 2)
+    x, w = types
+    expect_dtype("conv2d_nchwc", x, (FLOAT,), "input")
+    expect_dtype("conv2d_nchwc", w, (FLOAT,), "weight")
+    strides, pads, dilations = window_attrs(attrs)
+    groups = int_attr(attrs, "groups")
+    if x.ndim != 5 or w.ndim != 6:
+        raise fail(
+            f"conv2d_nchwc needs a 5-D input and a 6-D weight, got {list(x.shape)} and {list(w.shape)}"
+        )
+    n, icb, h, wd, ib = x.shape
+    ocb, wicb, kh, kw, wib, ob = w.shape
+    c, oc = icb * ib, ocb * ob
+    if _is_depthwise(x, w, groups):
+        ok = ob == ib and oc == c
+    else:
+        ok = (
+            groups >= 1
+            and wib == ib
+            and wicb * ib * groups == c
+            and oc % groups == 0
+            and (oc // groups) % ob == 0
+        )
+    if not ok:
+        raise fail(
+            f"conv2d_nchwc with groups={groups}: input {list(x.shape)}, weight {list(w.shape)} do not match"
+        )
+    oh = conv_out_size(h, kh, strides[0], pads[0], pads[2], dilations[0])
+    ow = conv_out_size(wd, kw, strides[1], pads[1], pads[3], dilations[1])
+    if oh < 1 or ow < 1:
+        raise fail(f"conv2d_nchwc output would be empty ({oh}x{ow}) for input {list(x.shape)}")
+    return TensorType((n, ocb, oh, ow, ob), x.dtype)
+
+
+def _reference(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x, w = a
+    out = _conv2d([to_planar(x), unpack_weight(w)], attrs)
+    return to_blocked(out, w.shape[5])
+
+
+def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
+    x, w = inputs
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    dh, dw = attrs["dilations"]
+    groups = attrs.get("groups", 1)
+    ocb_n, wicb, kh, kw = w.shape[:4]
+    xp = pad_tensor(x, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), 0.0, name)
+    ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
+
+    def at(oh: Expr, ow: Expr) -> tuple[Expr, Expr]:
+        return (
+            te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh))),
+            te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw))),
+        )
+
+    if _is_depthwise(TensorType(x.shape, x.dtype), TensorType(w.shape, w.dtype), groups):
+
+        def depthwise(n: Expr, cb: Expr, oh: Expr, ow: Expr, c: Expr) -> te.Reduce:
+            h, col = at(oh, ow)
+            return te.reduce_sum(
+                te.mul(xp[n, cb, h, col, c], w[cb, te.idx(0), ry.var, rx.var, te.idx(0), c]), [ry, rx]
+            )
+
+        return te.compute(out.shape, depthwise, name, tag="anchor_nchwc_depthwise",
+                          axis_names=["n", "cb", "oh", "ow", "c"], dtype=out.dtype)  # fmt: skip
+
+    rcb, rci = te.reduce_axis(wicb, "rcb"), te.reduce_axis(x.shape[4], "rci")
+    blocks_per_group = ocb_n // groups
+
+    def dense(n: Expr, ocb: Expr, oh: Expr, ow: Expr, oc: Expr) -> te.Reduce:
+        h, col = at(oh, ow)
+        icb = rcb.var
+        if groups > 1:
+            icb = te.add(te.mul(BinOp("//", ocb, te.idx(blocks_per_group)), te.idx(wicb)), rcb.var)
+        value = te.mul(xp[n, icb, h, col, rci.var], w[ocb, rcb.var, ry.var, rx.var, rci.var, oc])
+        return te.reduce_sum(value, [rcb, ry, rx, rci])
+
+    return te.compute(out.shape, dense, name, tag="anchor_nchwc", axis_names=["n", "ocb", "oh", "ow", "oc"],
+                      dtype=out.dtype)  # fmt: skip
+
+
+# independent FMAs needed to hide the FMA latency: ~4 cycles x 2 pipes on current x86 cores
+_FMA_IN_FLIGHT = 8
+
+
+def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int, int]:
+    """(channel blocks, output columns) of a register tile.
+
+    Accumulators, one register per weight vector and one for the broadcast input value must fit the
+    registers. Among the tiles that fit, the one with the fewest cycles per FMA, counting two FMAs
+    and two loads (weight vectors and input broadcasts) per cycle and enough accumulators to cover
+    the FMA latency (_FMA_IN_FLIGHT); ties go to the larger tile (less loop and store overhead)."""
+    regs = target.vector_registers
+    vecs = max(1, -(-block // target.lanes()))
+    best, best_key = (1, 1), (float("inf"), 0)
+    for nb in (1, 2, 3, 4):
+        if blocks % nb:
+            continue
+        per_col = nb * vecs
+        max_w = (regs - per_col - 1) // per_col
+        for owt in (d for d in range(1, min(ow, max_w) + 1) if ow % d == 0):
+            acc = owt * per_col
+            cycles = max(acc / 2, (per_col + owt) / 2, _FMA_IN_FLIGHT / 2)
+            key = (cycles / acc, -acc)
+            if key < best_key:
+                best, best_key = (nb, owt), key
+    return best
+
+
+def _schedule(sch: Schedule, info: KernelInfo) -> None:
+    """Dense: a register tile of (channel blocks x output columns) accumulates over (input blocks,
+    kh, kw, input lanes), one broadcast input value times one weight vector per step; the fused
+    epilogue stores the tile as whole vectors. Depthwise: a run of output columns, each a channel
+    vector, accumulates over the kernel window."""
+    conv = info.anchor_block
+    assert conv is not None
+    pad = f"{conv}_pad"
+    keep = (pad,) if pad in sch.blocks() else ()
+    inline_injective(sch, info, keep=keep)
+    blk = block_of(sch, conv)
+    consumer = _consumer_and_scope(sch, info, conv)
+    extents = [iv.extent for iv in blk.iter_vars]
+    work = 2 * math.prod(extents)
+    threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_FLOPS)
+    ow = extents[3]
+    if info.tags.get(conv) == "anchor_nchwc_depthwise":
+        ln, lcb, loh, low, lc, lry, lrx = [f.var.name for f in root_loops(sch, conv)]
+        regs = info.target.vector_registers
+        vecs = max(1, -(-extents[4] // info.target.lanes()))
+        options = [d for d in range(1, ow + 1) if ow % d == 0 and d * vecs <= regs - 4]
+        owt = sch.decide("owt", options, max(d for d in options if d * vecs <= max(8, vecs)))
+        owo, owi = sch.split(low, [None, owt])
+        sch.reorder(ln, lcb, loh, owo, lry, lrx, owi, lc)
+        outer = sch.fuse(ln, lcb, loh)
+        if threads:
+            sch.parallel(outer)
+        sch.unroll(owi)
+        sch.vectorize(lc)
+        if sch.decide("unroll_kw", [True, False], extents[6] <= 7):
+            sch.unroll(lrx)
+        sch.reverse_compute_at(consumer, owo)
+        sch.decompose_reduction(conv, lry)
+    else:
+        ln, locb, loh, low, loc, lrcb, lry, lrx, lrci = [f.var.name for f in root_loops(sch, conv)]
+        nb0, owt0 = register_tile(info.target, extents[1], extents[4], ow)
+        nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
+        options = [d for d in range(1, min(ow, 28) + 1) if ow % d == 0]
+        owt = sch.decide("owt", options, owt0 if nb == nb0 else 1)
+        ocbo, ocbi = sch.split(locb, [None, nb])
+        owo, owi = sch.split(low, [None, owt])
+        tiles = (
+            [ocbo, loh, owo]
+            if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
+            else [loh, ocbo, owo]
+        )
+        sch.reorder(ln, *tiles, lrcb, lry, lrx, lrci, ocbi, owi, loc)
+        outer = sch.fuse(ln, tiles[0], tiles[1])
+        if threads:
+            sch.parallel(outer)
+        sch.unroll(ocbi)
+        sch.unroll(owi)
+        sch.vectorize(loc)
+        if sch.decide("unroll_ci", [True, False], extents[4] <= 16):
+            sch.unroll(lrci)
+        sch.reverse_compute_at(consumer, owo)
+        sch.decompose_reduction(conv, lrcb)
+    inner = root_loops(sch, consumer)[-1]
+    sch.vectorize(inner.var.name)
+    if keep:
+        parallel_vectorize(sch, pad, info.target)
+
+
+# conv2d_nchwc(x, packed_weight), attrs: strides, pads (top, left, bottom, right), dilations, groups
+register(OpDef("conv2d_nchwc", Pattern.ANCHOR, _infer, _reference, compute=_compute, schedule=_schedule))

@@ -1,0 +1,122 @@
+"""The layout-alteration pass: which ops run blocked, where transforms go, unchanged numerics."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler.graph.ir import Graph
+from compiler.graph.passes import PassContext, alter_conv_layout, optional_passes, run_passes
+from compiler.graph.passes.alter_layout import why_planar
+from tests.compiler.graph.graph_builders import CONV, call, const, graph, var
+from tests.compiler.graph.test_graph_passes import check_pass, ops
+
+B = 8
+
+
+def conv(x, cout: int, k: int = 3, name: str = "conv", **attrs):  # type: ignore[no-untyped-def]
+    a = {**CONV, "pads": (k // 2,) * 4, **attrs}
+    cin = x.type.shape[1] // a["groups"]
+    return call("conv2d", x, const(f"{name}.w", cout, cin, k, k), name=name, **a)
+
+
+def bias_relu(x, name: str):  # type: ignore[no-untyped-def]
+    b = const(f"{name}.b", 1, x.type.shape[1], 1, 1)
+    return call("relu", call("add", x, b, name=f"{name}.add"), name=f"{name}.relu")
+
+
+def transforms(g: Graph) -> list[tuple[str, str]]:
+    return [(c.attr("src_layout"), c.attr("dst_layout")) for c in g.calls() if c.op == "layout_transform"]
+
+
+def test_a_chain_runs_blocked_with_one_transform_at_each_end() -> None:
+    x = var("x", 1, 16, 10, 10)
+    y = bias_relu(conv(x, 16, name="c1"), "c1")
+    z = call("add", bias_relu(conv(y, 32, name="c2"), "c2"), conv(y, 32, k=1, name="c3"), name="residual")
+    g = graph([x], call("relu", z, name="out"))
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert ops(out).count("conv2d_nchwc") == 3 and "conv2d" not in ops(out)
+    assert transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]
+    packed = [c.args[1] for c in out.calls() if c.op == "conv2d_nchwc"]
+    assert [w.type.shape for w in packed] == [(2, 2, 3, 3, 8, 8), (4, 2, 3, 3, 8, 8), (4, 2, 1, 1, 8, 8)]
+    assert all(".OIHW8i8o" in w.name for w in packed)
+    # the epilogues (bias in the blocked layout, relu, residual) stay with their convs
+    assert all(c.type.ndim == 5 for c in out.calls() if c.op in ("add", "relu"))
+
+
+def test_an_rgb_stem_reads_its_input_in_blocks_of_three_channels() -> None:
+    x = var("x", 1, 3, 12, 12)
+    g = graph([x], bias_relu(conv(x, 16, k=7, name="stem", strides=(2, 2)), "stem"))
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert transforms(out) == [("NCHW", "NCHW3c"), ("NCHW8c", "NCHW")]
+
+
+def test_depthwise_and_whole_block_groups_run_blocked_others_say_why_not() -> None:
+    x = var("x", 1, 16, 9, 9)
+    dw = conv(x, 16, k=5, name="dw", groups=16, strides=(2, 2))
+    grouped = conv(bias_relu(dw, "dw"), 16, name="g", groups=2)
+    g = graph([x], grouped)
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert ops(out).count("conv2d_nchwc") == 2
+    narrow = conv(x, 12, name="narrow")
+    assert why_planar(narrow, B) == "its 12 output channels are not a multiple of the block 8"
+    groups4 = conv(x, 16, name="g4", groups=4)
+    assert "4 groups of 4 input channels are not whole blocks of 8" in str(why_planar(groups4, B))
+    assert why_planar(dw, B) is None
+    assert why_planar(call("relu", x), B) == "not a conv2d"
+
+
+def test_squeeze_excitation_global_pooling_and_concat_stay_blocked() -> None:
+    x = var("x", 1, 16, 8, 8)
+    y = bias_relu(conv(x, 16, name="c1"), "c1")
+    pooled = call("reduce_mean", y, axes=(2, 3), keepdims=1, name="pool")
+    scale = call("sigmoid", conv(call("relu", conv(pooled, 8, k=1, name="se1")), 16, k=1, name="se2"))
+    excited = call("mul", y, scale, name="excite")
+    joined = call("concat", excited, y, axis=1, name="cat")
+    g = graph([x], conv(joined, 8, name="c2"))
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]
+    blocked_ops = {c.op for c in out.calls() if c.type.ndim == 5}
+    assert {"reduce_mean", "mul", "sigmoid", "concat", "conv2d_nchwc"} <= blocked_ops
+
+
+def test_a_value_read_by_blocked_and_planar_ops_is_converted_once() -> None:
+    x = var("x", 1, 8, 6, 6)
+    y = conv(x, 16, name="c1")
+    flat = call("reshape", y, shape=(1, 16 * 36), name="flat")
+    g = graph([x], conv(y, 8, name="c2"), flat, call("max_pool2d", y, kernel=(2, 2), strides=(2, 2),
+              pads=(0, 0, 0, 0), dilations=(1, 1), ceil_mode=0))  # fmt: skip
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert transforms(out).count(("NCHW8c", "NCHW")) == 2  # c1 for reshape and pool, c2 for the output
+    for c in out.calls():
+        if c.op == "layout_transform":
+            assert c.args[0].__class__.__name__ != "Call" or c.args[0].op != "layout_transform"
+
+
+def test_graphs_without_blockable_convs_or_without_a_block_are_unchanged() -> None:
+    x = var("x", 1, 16, 6, 6)
+    g = graph([x], conv(x, 16))
+    assert alter_conv_layout(g, 0) is g
+    h = graph([x], conv(x, 12))
+    assert alter_conv_layout(h, B) is h
+
+
+def test_the_pass_is_listed_and_can_be_disabled() -> None:
+    assert "alter_layout" in [n for n, _ in run_passes.__globals__["PASSES_BY_LEVEL"][3]]
+    assert "alter_layout" in optional_passes()
+    x = var("x", 1, 16, 6, 6)
+    g = graph([x], conv(x, 16))
+    on, ran = run_passes(g, 2, context=PassContext(channel_block=B))
+    assert "alter_layout" in ran and "conv2d_nchwc" in {op for c in on.calls() for op in c.attr("group").ops}
+    off, ran = run_passes(g, 2, context=PassContext(channel_block=B), disabled={"alter_layout"})
+    assert "alter_layout" not in ran and "conv2d_nchwc" not in {
+        op for c in off.calls() for op in c.attr("group").ops
+    }
+    with pytest.raises(ValueError, match=r"cannot disable pass 'fuse_ops'.*alter_layout"):
+        run_passes(g, 3, disabled={"fuse_ops"})
+    with pytest.raises(ValueError, match="cannot disable pass 'no_such_pass'"):
+        run_passes(g, 3, disabled={"no_such_pass"})
