@@ -39,8 +39,12 @@ from compiler.tir.trace import Schedule
 
 
 def pack_weight(w: np.ndarray, in_block: int, out_block: int) -> np.ndarray:
-    """OIHW (I = channels per group) -> [O/ob, I/ib, KH, KW, ib, ob]."""
+    """OIHW (I = channels per group) -> [O/ob, I/ib, KH, KW, ib, ob]; O and I are zero-padded up to
+    whole blocks (padded input lanes then add nothing, padded output lanes compute zero)."""
     o, i, kh, kw = w.shape
+    if o % out_block or i % in_block:
+        o, i = -(-o // out_block) * out_block, -(-i // in_block) * in_block
+        w = np.pad(w, [(0, o - w.shape[0]), (0, i - w.shape[1]), (0, 0), (0, 0)])
     packed = w.reshape(o // out_block, out_block, i // in_block, in_block, kh, kw).transpose(0, 2, 4, 5, 3, 1)
     return np.ascontiguousarray(packed)
 

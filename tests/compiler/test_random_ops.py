@@ -106,23 +106,25 @@ def test_random_strided_depthwise_conv2d(seed: int, tmp_path) -> None:  # type: 
     _check(model, feeds, tmp_path, opt_level=3)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(15))
 def test_random_blocked_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Convs the layout pass runs in NCHW{lanes}c: dense (with an RGB-like stem of any channel count),
     depthwise and whole-block grouped, kernels 1-7, strides 1-2, dilation, asymmetric pads, rows that
-    do not divide into register tiles."""
+    do not divide into register tiles, channel counts padded to whole blocks."""
     rng = np.random.default_rng(1300 + seed)
     lanes = parse_target("host").lanes()
-    kind = ("dense", "stem", "depthwise", "grouped")[seed % 4]
+    kind = ("dense", "stem", "depthwise", "grouped", "padded")[seed % 5]
     groups = 1
     cin, cout = lanes * int(rng.integers(1, 4)), lanes * int(rng.integers(1, 4))
     if kind == "stem":
         cin = int(rng.integers(1, lanes))
     elif kind == "depthwise":
-        groups = cout = cin
+        groups = cout = cin = cin - int(rng.integers(0, 3))  # padded to whole blocks unless a multiple
     elif kind == "grouped":
         groups = 2
         cin, cout = 2 * lanes, 2 * lanes * int(rng.integers(1, 3))
+    elif kind == "padded":  # channels that do not fill blocks: zero lanes in the last block
+        cin, cout = (int(rng.integers(lanes + 1, 3 * lanes)) for _ in range(2))
     k = int(rng.choice([1, 3, 5, 7]))
     stride, dil = int(rng.integers(1, 3)), int(rng.choice([1, 1, 2]))
     pads = [int(p) for p in rng.integers(0, k, 4)]

@@ -10,9 +10,13 @@ planar op (the chain's input, its outputs, ops with no blocked form), at most on
 direction, so consecutive blocked ops never convert between them.
 
 What runs blocked (every rule states its reason in `why_planar` for `temper explain`):
-- dense convs whose output channels are a multiple of b; their input block is b, or for a stem with
-  fewer channels (an RGB image) the largest divisor of the channels up to b;
+- dense convs; their input block is b, or for a stem with fewer channels than b (an RGB image) all
+  its channels;
 - depthwise convs (one channel per group) and grouped convs whose groups are whole blocks of b.
+Channel counts that b does not divide (ShuffleNet's 116, 24 or 40 on a 16-lane target) are padded to
+whole blocks with zero lanes, unless that wastes more than half of the real work. Packed weights are
+zero for those lanes, so they never reach a real channel, and only ops that keep finite values
+finite (bias, activations, residuals; not a division) run on padded values.
 """
 
 from __future__ import annotations
@@ -27,6 +31,22 @@ from compiler.ops.registry import Pattern
 
 _SPATIAL_REDUCTIONS = ("reduce_mean", "reduce_max", "reduce_sum")
 _LAYOUT_DEPENDENT = ("batch_norm",)  # BROADCAST ops whose operands are not numpy-broadcast
+# elementwise ops that map finite values (zero padding, zero-padded constants) to finite values: the
+# ones allowed on values with padded lanes (a division of padding by padding would be NaN, and NaN
+# times a zero weight is still NaN)
+_FINITE = frozenset(
+    {
+        *("add", "sub", "mul", "maximum", "minimum", "prelu", "relu", "clip", "leaky_relu", "elu"),
+        *("selu", "celu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "gelu", "erf", "neg"),
+        *("abs", "softplus", "softsign", "mish", "thresholded_relu", "exp"),
+    }
+)
+# padding channels up to whole blocks may cost at most this much of the real work
+MAX_PADDING = 1.5
+
+
+def _padded(channels: int, block: int) -> int:
+    return -(-channels // block) * block
 
 
 def why_planar(call: Call, block: int) -> str | None:
@@ -40,25 +60,27 @@ def why_planar(call: Call, block: int) -> str | None:
         return f"the blocked layout is for 4-D float32 convs, this one is {x.type}"
     groups = call.attr("groups", 1)
     c, oc, cg = x.type.shape[1], call.type.shape[1], w.type.shape[1]
-    if oc % block:
-        return f"its {oc} output channels are not a multiple of the block {block}"
     if groups == 1 or (groups == c == oc and cg == 1):
+        if _padded(oc, block) > MAX_PADDING * oc:
+            return f"its {oc} output channels would be mostly padding in blocks of {block}"
         return None
     if cg % block or (oc // groups) % block:
         return f"its {groups} groups of {cg} input channels are not whole blocks of {block}"
     return None
 
 
-def _input_block(call: Call, block: int) -> int:
+def _input_block(call: Call, block: int, input_blocked: bool) -> int:
+    """A stem with fewer channels than a block reads them all as one block (an RGB image as
+    NCHW3c, no padding); every other conv reads blocks of `block`."""
     c = call.args[0].type.shape[1]
-    if c % block == 0 or call.attr("groups", 1) != 1:
+    if input_blocked or c >= block or call.attr("groups", 1) != 1:
         return block
-    return max(d for d in range(1, block + 1) if c % d == 0)
+    return c
 
 
 def _blocked_type(t: TensorType, block: int) -> TensorType:
     n, c, h, w = t.shape
-    return TensorType((n, c // block, h, w, block), t.dtype)
+    return TensorType((n, -(-c // block), h, w, block), t.dtype)
 
 
 def _as_nchw(shape: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -78,7 +100,11 @@ class _Rewriter:
         if id(old) not in self.planar:
             src = self.blocked[id(old)]
             layout = blocked_layout(src.type.shape[4])
-            self.planar[id(old)] = _transform(src, layout, PLANAR, old.type, f"{_name(old)}.to_{PLANAR}")
+            channels = old.type.shape[1]
+            self.planar[id(old)] = _transform(
+                src, layout, PLANAR, old.type, f"{_name(old)}.to_{PLANAR}",
+                channels if channels % src.type.shape[4] else None,
+            )  # fmt: skip
         return self.planar[id(old)]
 
     def as_blocked(self, old: Expr, block: int) -> Expr:
@@ -104,13 +130,16 @@ class _Rewriter:
             return None
         x, w = call.args
         assert isinstance(w, Const)
-        ib = _input_block(call, self.block)
+        ib = _input_block(call, self.block, self.is_blocked(x))
         depthwise = call.attr("groups", 1) == x.type.shape[1] and w.type.shape[1] == 1
         packed = pack_weight(w.data, 1 if depthwise else ib, self.block)
         layout = f"OIHW{1 if depthwise else ib}i{self.block}o"
         weight = Const(f"{w.name}.{layout}", packed)
         out = _blocked_type(call.type, self.block)
-        return Call("conv2d_nchwc", (self.as_blocked(x, ib), weight), call.attrs, out, call.name)
+        attrs = call.attrs
+        if depthwise:  # one group per lane, padding lanes included
+            attrs = attrs_of({**call.attr_dict, "groups": out.shape[1] * self.block})
+        return Call("conv2d_nchwc", (self.as_blocked(x, ib), weight), attrs, out, call.name)
 
     def broadcast(self, call: Call) -> Expr | None:
         """An elementwise/broadcasting op with a blocked operand of the output's channels."""
@@ -118,7 +147,9 @@ class _Rewriter:
         if pattern > Pattern.BROADCAST or call.op in _LAYOUT_DEPENDENT or call.type.ndim != 4:
             return None
         c = call.type.shape[1]
-        if c % self.block or not any(self.is_blocked(a) for a in call.args):
+        if not any(self.is_blocked(a) for a in call.args):
+            return None
+        if c % self.block and call.op not in _FINITE:
             return None
         args: list[Expr] = []
         for a in call.args:
@@ -171,8 +202,11 @@ def _name(e: Expr) -> str:
     return e.name or "value"
 
 
-def _transform(x: Expr, src: str, dst: str, out: TensorType, name: str) -> Call:
-    return Call("layout_transform", (x,), attrs_of({"src_layout": src, "dst_layout": dst}), out, name)
+def _transform(x: Expr, src: str, dst: str, out: TensorType, name: str, channels: int | None = None) -> Call:
+    attrs: dict[str, object] = {"src_layout": src, "dst_layout": dst}
+    if channels is not None:
+        attrs["channels"] = channels
+    return Call("layout_transform", (x,), attrs_of(attrs), out, name)
 
 
 def _reshape(x: Expr, shape: tuple[int, ...], name: str) -> Call:

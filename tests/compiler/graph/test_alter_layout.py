@@ -60,8 +60,9 @@ def test_depthwise_and_whole_block_groups_run_blocked_others_say_why_not() -> No
     out = alter_conv_layout(g, B)
     check_pass(g, out, atol=1e-4)
     assert ops(out).count("conv2d_nchwc") == 2
-    narrow = conv(x, 12, name="narrow")
-    assert why_planar(narrow, B) == "its 12 output channels are not a multiple of the block 8"
+    narrow = conv(x, 4, name="narrow")
+    assert why_planar(narrow, B) == "its 4 output channels would be mostly padding in blocks of 8"
+    assert why_planar(conv(x, 12, name="padded"), B) is None
     groups4 = conv(x, 16, name="g4", groups=4)
     assert "4 groups of 4 input channels are not whole blocks of 8" in str(why_planar(groups4, B))
     assert why_planar(dw, B) is None
@@ -101,8 +102,24 @@ def test_graphs_without_blockable_convs_or_without_a_block_are_unchanged() -> No
     x = var("x", 1, 16, 6, 6)
     g = graph([x], conv(x, 16))
     assert alter_conv_layout(g, 0) is g
-    h = graph([x], conv(x, 12))
+    h = graph([x], conv(x, 4))
     assert alter_conv_layout(h, B) is h
+
+
+def test_channels_that_do_not_fill_blocks_are_padded_and_divisions_stay_planar() -> None:
+    x = var("x", 1, 12, 7, 7)
+    y = bias_relu(conv(x, 12, name="c1"), "c1")  # planar 12 -> 2 blocks, 4 padded lanes
+    dw = call("sigmoid", conv(y, 12, k=3, name="dw", groups=12))
+    z = call("div", dw, const("scale", 1, 12, 1, 1, value=2.0), name="div")
+    g = graph([x], conv(z, 12, k=1, name="c2"))
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert ops(out).count("conv2d_nchwc") == 3
+    assert [c.attr("groups") for c in out.calls() if c.op == "conv2d_nchwc"] == [1, 16, 1]
+    assert transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW"), ("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]
+    back = [c for c in out.calls() if c.op == "layout_transform" and c.attr("dst_layout") == "NCHW"]
+    assert all(c.attr("channels") == 12 and c.type.shape[1] == 12 for c in back)
+    assert next(c for c in out.calls() if c.op == "div").type.ndim == 4  # padding / padding would be NaN
 
 
 def test_the_pass_is_listed_and_can_be_disabled() -> None:

@@ -19,15 +19,36 @@ def test_layouts_and_packing_round_trip(rng: np.random.Generator) -> None:
     assert layout_block("NCHW") == 0 and layout_block("NCHW16c") == 16
     np.testing.assert_array_equal(to_planar(to_blocked(x, 8)), x)
     assert to_blocked(x, 8)[1, 2, 3, 4, 5] == x[1, 2 * 8 + 5, 3, 4]
+    odd = rng.standard_normal((1, 12, 3, 2)).astype(np.float32)
+    padded = to_blocked(odd, 8)
+    assert padded.shape == (1, 2, 3, 2, 8) and not padded[:, 1, :, :, 4:].any()
+    np.testing.assert_array_equal(to_planar(padded, 12), odd)
+    attrs = {"src_layout": "NCHW", "dst_layout": "NCHW8c"}
+    assert get("layout_transform").infer([TensorType((1, 12, 3, 2), "float32")], attrs).shape == (
+        1,
+        2,
+        3,
+        2,
+        8,
+    )
     w = rng.standard_normal((16, 24, 3, 3)).astype(np.float32)
     np.testing.assert_array_equal(unpack_weight(pack_weight(w, 8, 8)), w)
     assert pack_weight(w, 8, 8)[1, 2, 0, 1, 3, 4] == w[1 * 8 + 4, 2 * 8 + 3, 0, 1]
+    # output and input channels that do not fill blocks get zero weights
+    packed = pack_weight(w[:12, :20], 8, 8)
+    assert packed.shape == (2, 3, 3, 3, 8, 8) and not packed[1, :, :, :, :, 4:].any()
+    np.testing.assert_array_equal(unpack_weight(packed)[:12, :20], w[:12, :20])
 
 
 @pytest.mark.parametrize(
     ("types", "attrs", "message"),
     [
-        ([(1, 12, 4, 4)], {"src_layout": "NCHW", "dst_layout": "NCHW8c"}, "multiple of 8"),
+        (
+            [(1, 2, 4, 4, 8)],
+            {"src_layout": "NCHW8c", "dst_layout": "NCHW", "channels": 5},
+            "5 channels do not fill 2",
+        ),
+        ([(1, 12, 4)], {"src_layout": "NCHW", "dst_layout": "NCHW8c"}, "needs a 4-D NCHW input"),
         ([(1, 16, 4, 4)], {"src_layout": "NCHW", "dst_layout": "NHWC"}, "unknown layout 'NHWC'"),
         ([(1, 16, 4, 4)], {"src_layout": "NCHW", "dst_layout": "NCHW"}, "between NCHW and NCHW<b>c"),
         ([(1, 2, 4, 4, 4)], {"src_layout": "NCHW8c", "dst_layout": "NCHW"}, "inner axis 8"),
