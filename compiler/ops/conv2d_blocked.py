@@ -222,7 +222,7 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
         sch.unroll(ocbi)
         sch.unroll(owi)
         sch.vectorize(loc)
-        if sch.decide("unroll_ci", [True, False], extents[4] <= 16):
+        if sch.decide("unroll_ci", [True, False], False):
             sch.unroll(lrci)
         sch.reverse_compute_at(consumer, owo)
         sch.decompose_reduction(conv, lrcb)
