@@ -1,5 +1,8 @@
 """2-D pooling over NCHW: max_pool2d and avg_pool2d (ANCHOR: each accepts an elementwise epilogue).
 
+A 5-D input is the blocked layout NCHW{b}c (compiler/ops/layout.py): the window slides over axes 2
+and 3 as in NCHW and the trailing channel lanes are carried along (one vector per output pixel).
+
 max_pool2d attrs: kernel, strides, pads (top, left, bottom, right), dilations, ceil_mode.
 avg_pool2d attrs: kernel, strides, pads, ceil_mode, count_include_pad.
 With ceil_mode a last partial window exists only if it starts inside the input or the left pad.
@@ -53,8 +56,8 @@ def _geometry(op: str, x: TensorType, attrs: dict[str, Any], dilated: bool) -> d
     positive("strides", strides)
     positive("dilations", dilations)
     non_negative("pads", pads)
-    if x.ndim != 4:
-        raise fail(f"{op} needs a 4-D NCHW input, got {list(x.shape)}")
+    if x.ndim not in (4, 5):
+        raise fail(f"{op} needs a 4-D NCHW (or 5-D NCHW<b>c) input, got {list(x.shape)}")
     out = tuple(
         pool_out_size(
             x.shape[2 + i], kernel[i], strides[i], pads[i], pads[i + 2], dilations[i], bool(ceil_mode)
@@ -72,7 +75,7 @@ def _max_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType
     expect_args("max_pool2d", types, 1)
     expect_dtype("max_pool2d", types[0], (FLOAT,))
     g = _geometry("max_pool2d", types[0], attrs, dilated=True)
-    return TensorType((*types[0].shape[:2], *g["out"]), types[0].dtype)
+    return TensorType((*types[0].shape[:2], *g["out"], *types[0].shape[4:]), types[0].dtype)
 
 
 def _avg_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
@@ -80,7 +83,7 @@ def _avg_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType
     expect_dtype("avg_pool2d", types[0], (FLOAT,))
     int_attr(attrs, "count_include_pad")
     g = _geometry("avg_pool2d", types[0], attrs, dilated=False)
-    return TensorType((*types[0].shape[:2], *g["out"]), types[0].dtype)
+    return TensorType((*types[0].shape[:2], *g["out"], *types[0].shape[4:]), types[0].dtype)
 
 
 def _taps(x: np.ndarray, g: dict[str, Any], value: float) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -92,10 +95,11 @@ def _taps(x: np.ndarray, g: dict[str, Any], value: float) -> tuple[np.ndarray, l
         g["dilations"],
         g["out"],
     )
-    h, w = x.shape[2:]
+    h, w = x.shape[2:4]
     need_h = (oh - 1) * sh + (kh - 1) * dh + 1
     need_w = (ow - 1) * sw + (kw - 1) * dw + 1
     width = [(0, 0), (0, 0), (top, max(need_h - top - h, 0)), (left, max(need_w - left - w, 0))]
+    width += [(0, 0)] * (x.ndim - 4)
     xp = np.pad(x, width, constant_values=value)
     return xp, [(i * dh, j * dw) for i in range(kh) for j in range(kw)]
 
@@ -109,7 +113,7 @@ def _max_pool(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0]
     g = _geometry("max_pool2d", TensorType(x.shape, str(x.dtype)), attrs, dilated=True)
     xp, taps = _taps(x, g, -np.inf)
-    out = np.full((*x.shape[:2], *g["out"]), -np.inf, dtype=x.dtype)
+    out = np.full((*x.shape[:2], *g["out"], *x.shape[4:]), -np.inf, dtype=x.dtype)
     for r, c in taps:
         np.maximum(out, _window(xp, g, r, c), out=out)
     return out
@@ -128,14 +132,15 @@ def _avg_pool(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0]
     g = _geometry("avg_pool2d", TensorType(x.shape, str(x.dtype)), attrs, dilated=False)
     xp, taps = _taps(x, g, 0.0)
-    total = np.zeros((*x.shape[:2], *g["out"]), dtype=np.float64)
+    total = np.zeros((*x.shape[:2], *g["out"], *x.shape[4:]), dtype=np.float64)
     for r, c in taps:
         total += _window(xp, g, r, c)
     include = bool(attrs["count_include_pad"])
     (kh, kw), (sh, sw), (top, left, bottom, right), (oh, ow) = g["kernel"], g["strides"], g["pads"], g["out"]
     ch = _counts(x.shape[2], kh, sh, top, bottom, oh, include)
     cw = _counts(x.shape[3], kw, sw, left, right, ow, include)
-    return (total / np.maximum(np.outer(ch, cw), 1.0)).astype(x.dtype)
+    counts = np.maximum(np.outer(ch, cw), 1.0).reshape(oh, ow, *([1] * (x.ndim - 4)))
+    return (total / counts).astype(x.dtype)
 
 
 # ------------------------------------------------------------------ lowering: compute definitions
@@ -181,14 +186,16 @@ def _max_pool_compute(
         )
         for i in range(2)
     ]
-    xp = pad_tensor(x, (0, 0, pt, pl), (0, 0, *after), float("-inf"), name)
+    lanes = [0] * (x.ndim - 4)
+    xp = pad_tensor(x, (0, 0, pt, pl, *lanes), (0, 0, *after, *lanes), float("-inf"), name)
 
-    def body(n: Expr, c: Expr, oh: Expr, ow: Expr) -> te.Reduce:
+    def body(n: Expr, c: Expr, oh: Expr, ow: Expr, *lane: Expr) -> te.Reduce:
         h = te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh)))
         w = te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw)))
-        return te.reduce_max(xp[n, c, h, w], [ry, rx])
+        return te.reduce_max(xp[n, c, h, w, *lane], [ry, rx])
 
-    return te.compute(out.shape, body, name, tag="anchor", axis_names=["n", "c", "oh", "ow"], dtype=out.dtype)
+    names = ["n", "c", "oh", "ow", "lane"][: x.ndim]
+    return te.compute(out.shape, body, name, tag="anchor", axis_names=names, dtype=out.dtype)
 
 
 def _max_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
@@ -206,6 +213,9 @@ def _max_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
         consumer = info.output_block
     else:
         consumer = sch.cache_write(pool)
+    if len(blk.iter_vars) == 7:  # NCHW{b}c
+        _blocked_pool_schedule(sch, info, pool, consumer, pad if keep else None)
+        return
     ln, lc, loh, low, lry, lrx = [f.var.name for f in root_loops(sch, pool)]
     lanes = info.target.lanes()
     oh, ow = blk.iter_vars[2].extent, blk.iter_vars[3].extent
@@ -224,6 +234,31 @@ def _max_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
         parallel_vectorize(sch, pad, info.target)
 
 
+def _blocked_pool_schedule(
+    sch: Schedule, info: KernelInfo, pool: str, consumer: str, pad: str | None
+) -> None:
+    """NCHW{b}c: a run of output pixels, each one channel vector, reduces over the window."""
+    ln, lc, loh, low, lane, lry, lrx = [f.var.name for f in root_loops(sch, pool)]
+    blk = block_of(sch, pool)
+    ow = blk.iter_vars[3].extent
+    options = [d for d in range(1, min(ow, 8) + 1) if ow % d == 0]
+    owt = sch.decide("owt", options, max(options))
+    work = math.prod(iv.extent for iv in blk.iter_vars)
+    threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_WORK)
+    owo, owi = sch.split(low, [None, owt])
+    sch.reorder(ln, lc, loh, owo, lry, lrx, owi, lane)
+    outer = sch.fuse(ln, lc, loh)
+    if threads:
+        sch.parallel(outer)
+    sch.unroll(owi)
+    sch.vectorize(lane)
+    sch.reverse_compute_at(consumer, owo)
+    sch.decompose_reduction(pool, lry)
+    sch.vectorize(root_loops(sch, consumer)[-1].var.name)
+    if pad is not None:
+        parallel_vectorize(sch, pad, info.target)
+
+
 def _avg_pool_compute(
     inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
 ) -> te.Tensor:
@@ -235,12 +270,14 @@ def _avg_pool_compute(
     include_pad = bool(attrs.get("count_include_pad", 0))
     ry, rx = te.reduce_axis(kh, "ry"), te.reduce_axis(kw, "rx")
 
-    def total(n: Expr, c: Expr, oh: Expr, ow: Expr) -> te.Reduce:
+    names = ["n", "c", "oh", "ow", "lane"][: x.ndim]
+
+    def total(n: Expr, c: Expr, oh: Expr, ow: Expr, *lane: Expr) -> te.Reduce:
         cond, hc, wc = _window_index(x, attrs, oh, ow, ry, rx)
-        v = x[n, c, hc, wc]
+        v = x[n, c, hc, wc, *lane]
         return te.reduce_sum(te.select(cond, v, FloatImm(0.0, x.dtype)) if cond is not None else v, [ry, rx])
 
-    s = te.compute(out.shape, total, f"{name}_sum", tag="reduce", axis_names=["n", "c", "oh", "ow"])
+    s = te.compute(out.shape, total, f"{name}_sum", tag="reduce", axis_names=names)
 
     def count(o: Expr, stride: int, pad_before: int, k: int, size: int, pad_after: int) -> Expr:
         start = te.sub(te.mul(o, te.idx(stride)), te.idx(pad_before))
@@ -251,13 +288,11 @@ def _avg_pool_compute(
         end = te.minimum(te.add(start, te.idx(k)), hi)
         return te.sub(end, te.maximum(start, lo))
 
-    def body(n: Expr, c: Expr, oh: Expr, ow: Expr) -> Expr:
+    def body(n: Expr, c: Expr, oh: Expr, ow: Expr, *lane: Expr) -> Expr:
         cnt = te.mul(count(oh, sh, pt, kh, H, pb), count(ow, sw, pl, kw, W, pr))
-        return te.div(s[n, c, oh, ow], te.cast(x.dtype, cnt))
+        return te.div(s[n, c, oh, ow, *lane], te.cast(x.dtype, cnt))
 
-    return te.compute(
-        out.shape, body, name, tag="elemwise", axis_names=["n", "c", "oh", "ow"], dtype=out.dtype
-    )
+    return te.compute(out.shape, body, name, tag="elemwise", axis_names=names, dtype=out.dtype)
 
 
 # max_pool2d(x), attrs: kernel, strides, pads, dilations, ceil_mode

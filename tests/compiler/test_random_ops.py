@@ -8,10 +8,12 @@ to a few hundred products of O(1) values).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from compiler.pipeline import CompileOptions, compile_model
+from compiler.pipeline import CompileOptions, compile_model, inspect_model
 from compiler.target import parse_target
 from tests.compiler.frontend.onnx_check import run_ort, single_op
 from tests.compiler.test_compiled_ops import compile_and_run
@@ -179,6 +181,50 @@ def test_random_pooling(seed: int, tmp_path) -> None:  # type: ignore[no-untyped
         **extra,
     )
     _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_blocked_pooling(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A pool after a blocked conv slides its window over NCHW{lanes}c (padded lanes included)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1500 + seed)
+    lanes = parse_target("host").lanes()
+    channels = lanes * int(rng.integers(1, 3)) - int(rng.integers(0, 3))
+    k, stride = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    pad = int(rng.integers(0, k))
+    h, w = int(rng.integers(k, 16)), int(rng.integers(k, 20))
+    op = "MaxPool" if seed % 2 else "AveragePool"
+    extra = {"count_include_pad": int(seed % 4 == 0)} if op == "AveragePool" else {}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            op,
+            ["c"],
+            ["y"],
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+            ceil_mode=int(seed % 3 == 0),
+            **extra,
+        ),
+    ]
+    weight = numpy_helper.from_array(_randn(rng, channels, 3, 3, 3), "w")
+    graph = helper.make_graph(
+        nodes,
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    pool = {"MaxPool": "max_pool2d", "AveragePool": "avg_pool2d"}[op]
+    assert any(pool in k["name"] for k in compiled.manifest["kernels"])
+    optimized = inspect_model(model.SerializeToString(), "optimized", CompileOptions())
+    pool_line = next(line for line in optimized.splitlines() if "pool2d(" in line)
+    assert re.search(r"f32\[(\d+, ){4}\d+\]", pool_line), pool_line  # the pool runs on NCHW{lanes}c
+    _check(model, {"x": _randn(rng, 1, 3, h, w)}, tmp_path, opt_level=3)
 
 
 @pytest.mark.parametrize("seed", range(8))

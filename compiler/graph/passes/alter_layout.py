@@ -4,8 +4,8 @@ b is the target's float vector lanes. Every convolution that can run blocked bec
 with its weight packed at compile time ([OC/b, C/ib, KH, KW, ib, b], a constant); the values between
 such convolutions stay blocked as long as their ops are layout-agnostic: elementwise and
 broadcasting ops (bias, activations, residual adds, squeeze-excitation scales; their constant
-operands are re-laid out here), reductions over the spatial axes (global pooling) and channel
-concatenation. A layout_transform is inserted only where a value crosses between a blocked and a
+operands are re-laid out here), pooling windows, reductions over the spatial axes (global pooling)
+and channel concatenation. A layout_transform is inserted only where a value crosses between a blocked and a
 planar op (the chain's input, its outputs, ops with no blocked form), at most once per value and
 direction, so consecutive blocked ops never convert between them.
 
@@ -30,6 +30,7 @@ from compiler.ops.layout import PLANAR, blocked_layout, to_blocked
 from compiler.ops.registry import Pattern
 
 _SPATIAL_REDUCTIONS = ("reduce_mean", "reduce_max", "reduce_sum")
+_POOLS = ("max_pool2d", "avg_pool2d")
 _LAYOUT_DEPENDENT = ("batch_norm",)  # BROADCAST ops whose operands are not numpy-broadcast
 # elementwise ops that map finite values (zero padding, zero-padded constants) to finite values: the
 # ones allowed on values with padded lanes (a division of padding by padding would be NaN, and NaN
@@ -183,6 +184,13 @@ class _Rewriter:
         attrs = attrs_of({**call.attr_dict, "axes": tuple(sorted(a % 4 for a in axes))})
         return Call(call.op, (x,), attrs, _blocked_type(call.type, self.block), call.name)
 
+    def pool(self, call: Call) -> Expr | None:
+        """Pooling windows slide over the spatial axes of a blocked value as of a planar one."""
+        if call.op not in _POOLS or not self.is_blocked(call.args[0]):
+            return None
+        x = self.blocked[id(call.args[0])]
+        return Call(call.op, (x,), call.attrs, _blocked_type(call.type, self.block), call.name)
+
     def concat(self, call: Call) -> Expr | None:
         """Concatenation of whole channel blocks."""
         if call.op != "concat" or call.type.ndim != 4 or call.attr("axis") % 4 != 1:
@@ -218,7 +226,7 @@ def alter_conv_layout(graph: Graph, block: int) -> Graph:
     if block <= 1 or not any(c.op == "conv2d" and why_planar(c, block) is None for c in graph.calls()):
         return graph
     rw = _Rewriter(block)
-    rules: list[Callable[[Call], Expr | None]] = [rw.conv, rw.broadcast, rw.reduction, rw.concat]
+    rules: list[Callable[[Call], Expr | None]] = [rw.conv, rw.broadcast, rw.reduction, rw.pool, rw.concat]
     for node in graph.nodes():
         if not isinstance(node, Call):
             rw.planar[id(node)] = node

@@ -92,7 +92,9 @@ def test_a_value_read_by_blocked_and_planar_ops_is_converted_once() -> None:
               pads=(0, 0, 0, 0), dilations=(1, 1), ceil_mode=0))  # fmt: skip
     out = alter_conv_layout(g, B)
     check_pass(g, out, atol=1e-4)
-    assert transforms(out).count(("NCHW8c", "NCHW")) == 2  # c1 for reshape and pool, c2 for the output
+    # c1 for the reshape, c2 and the (blocked) pool for the outputs
+    assert transforms(out).count(("NCHW8c", "NCHW")) == 3
+    assert next(c for c in out.calls() if c.op == "max_pool2d").type.ndim == 5
     for c in out.calls():
         if c.op == "layout_transform":
             assert c.args[0].__class__.__name__ != "Call" or c.args[0].op != "layout_transform"
