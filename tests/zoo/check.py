@@ -2,7 +2,8 @@
 
     python -m tests.zoo.check [--all | NAME...] [--json OUT]
 
-prints the zoo's table (model, source, exporter, opset, status, worst relative error); the tests call
+prints the zoo's table (model, source, exporter, opset, status, worst relative error, onnxruntime's own
+noise, compile time, naive kernels: serial scalar loop nests of real work); the tests call
 `check` for one model. Missing generated files are made first, in one child process.
 
 The error measure is per output: max |temper - onnxruntime| / max |onnxruntime|, the worst over the
@@ -24,6 +25,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,6 +33,10 @@ import onnxruntime as ort
 
 from tests.zoo.catalog import SHIPPED, SHIPPED_MODELS, ZOO, ZooModel
 from tests.zoo.generate import CACHE
+
+NAIVE_FLOPS = 1 << 20
+"""A kernel with this much arithmetic must use the machine: threads or vectors (the issue's "no naive
+single-threaded scalar loop nest")."""
 
 TOLERANCE = 1e-4
 """Worst relative error (of the output's largest magnitude) an fp32 output may have."""
@@ -55,6 +61,8 @@ class Result:
     message: str = ""
     reference_noise: float | None = None
     """onnxruntime's optimized against its unoptimized graph, in the same measure."""
+    naive_kernels: tuple[str, ...] = ()
+    """Kernels of real work (NAIVE_FLOPS or more) whose loop nest is neither parallel nor vectorized."""
 
     @property
     def allowed(self) -> float:
@@ -163,9 +171,20 @@ def check(entry: ZooModel, out: Path = CACHE) -> Result:
 
     noise: float | None = None
 
+    naive: tuple[str, ...] = ()
+
     def result(status: str, worst: float | None, seconds: float | None, message: str = "") -> Result:
         return Result(
-            entry.name, entry.source, entry.exporter, entry.opset, status, worst, seconds, message, noise
+            entry.name,
+            entry.source,
+            entry.exporter,
+            entry.opset,
+            status,
+            worst,
+            seconds,
+            message,
+            noise,
+            naive,
         )
 
     try:
@@ -185,6 +204,7 @@ def check(entry: ZooModel, out: Path = CACHE) -> Result:
     except CompilerError as exc:
         return result("error", None, None, f"{type(exc).__name__}: {exc}")
     seconds = time.perf_counter() - started
+    naive = naive_kernels(compiled.kernels)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{entry.name}.temper"
         compiled.save(path)
@@ -197,6 +217,19 @@ def check(entry: ZooModel, out: Path = CACHE) -> Result:
             return result("mismatch", None, seconds, f"output {name!r}: {exc}")
     outcome = result("ok", worst, seconds)
     return outcome if worst <= outcome.allowed else result("mismatch", worst, seconds)
+
+
+def naive_kernels(kernels: list[Any]) -> tuple[str, ...]:
+    """Names of the kernels with NAIVE_FLOPS or more whose scheduled loops are all serial or unrolled."""
+    from compiler.tir.ir import For, ForKind, walk_stmts
+
+    fast = {ForKind.PARALLEL, ForKind.VECTORIZED}
+    return tuple(
+        k.name
+        for k in kernels
+        if k.workload.flops >= NAIVE_FLOPS
+        and not any(isinstance(s, For) and s.kind in fast for s in walk_stmts(k.scheduled.body))
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -220,7 +253,7 @@ def main(argv: list[str]) -> int:
         seconds = f"{outcome.compile_seconds:.1f}s" if outcome.compile_seconds is not None else "-"
         print(
             f"| {name} | {outcome.source} | {outcome.exporter} | {outcome.opset or '-'} | {outcome.status} "
-            f"| {worst} | {noise} | {seconds} | {outcome.message[:160]} |",
+            f"| {worst} | {noise} | {seconds} | {len(outcome.naive_kernels)} | {outcome.message[:160]} |",
             flush=True,
         )
     if args.json:

