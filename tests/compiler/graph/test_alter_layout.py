@@ -139,3 +139,16 @@ def test_the_pass_is_listed_and_can_be_disabled() -> None:
         run_passes(g, 3, disabled={"fuse_ops"})
     with pytest.raises(ValueError, match="cannot disable pass 'no_such_pass'"):
         run_passes(g, 3, disabled={"no_such_pass"})
+
+
+def test_the_blocked_graph_prints_and_parses_back() -> None:
+    from compiler.frontend.onnx import load_onnx
+    from compiler.graph.passes import fold_batch_norm
+    from tests.compiler.graph.test_graph_printer_parser import round_trip
+    from tests.models import builders
+
+    g = fold_batch_norm(load_onnx(builders.mobilenet_v2(image=32, classes=10)))
+    out = alter_conv_layout(g, B)
+    assert "conv2d_nchwc" in ops(out) and "layout_transform" in ops(out)
+    parsed = round_trip(out)
+    check_pass(g, parsed, atol=1e-4)
