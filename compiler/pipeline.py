@@ -23,6 +23,7 @@ from compiler.errors import CompilerError
 from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, check_disabled, run_passes
+from compiler.graph.passes.alter_layout import layout_report
 from compiler.graph.passes.fuse import print_fused
 from compiler.graph.printer import print_graph
 from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernel, lower_group
@@ -190,6 +191,8 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
         "opt_level": options.opt_level,
         "onnx_opset": fr.onnx_opset,
         "passes": fr.passes,
+        # what alter_layout decided: the channel block, blocked convs, why the others stayed NCHW
+        "layout": layout_report(fr.optimized, fr.target.lanes("float32"), "alter_layout" in fr.passes),
         "inputs": [
             {"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs
         ],

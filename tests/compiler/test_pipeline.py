@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from compiler.errors import CompilerError
@@ -72,3 +73,24 @@ def test_opt_levels_choose_passes_and_fusion(model: bytes) -> None:
     assert len(high["kernels"]) < len(low["kernels"])
     for k in high["kernels"]:
         assert len(k["workload_key"]) == 24 and k["schedule"]["source"] == "default"
+
+
+def test_the_manifest_says_what_the_layout_pass_decided() -> None:
+    from compiler.target import host_target
+    from tests.compiler.frontend.onnx_check import single_op
+
+    rng = np.random.default_rng(0)
+    lanes = host_target().lanes()
+    x = rng.standard_normal((1, 2 * lanes, 6, 6)).astype(np.float32)
+    narrow = rng.standard_normal((1, 2 * lanes, 3, 3)).astype(np.float32)  # one output channel
+    model, _ = single_op("Conv", {"x": x}, {"w": narrow}, pads=[1, 1, 1, 1])
+    layout = compile_model(model.SerializeToString(), CompileOptions()).manifest["layout"]
+    assert layout["channel_block"] == lanes and layout["blocked_convs"] == 0
+    (reason,) = layout["planar_convs"].values()
+    assert "1 output channels would be mostly padding" in reason
+    wide = rng.standard_normal((2 * lanes, 2 * lanes, 3, 3)).astype(np.float32)
+    model, _ = single_op("Conv", {"x": x}, {"w": wide}, pads=[1, 1, 1, 1])
+    on = compile_model(model.SerializeToString(), CompileOptions()).manifest["layout"]
+    assert on["blocked_convs"] == 1 and on["layout_transforms"] == 2 and on["planar_convs"] == {}
+    off = compile_model(model.SerializeToString(), CompileOptions(disabled_passes={"alter_layout"}))
+    assert "did not run" in next(iter(off.manifest["layout"]["planar_convs"].values()))

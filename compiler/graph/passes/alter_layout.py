@@ -221,6 +221,23 @@ def _reshape(x: Expr, shape: tuple[int, ...], name: str) -> Call:
     return Call("reshape", (x,), (("shape", shape),), TensorType(shape, x.type.dtype), name)
 
 
+def layout_report(optimized: Graph, block: int, ran: bool) -> dict[str, object]:
+    """What the pass decided, for the manifest: the block, how many convs run blocked, and for each
+    conv left in NCHW the reason (convs that became matmuls are not convs any more)."""
+    calls = optimized.calls()
+    planar = {}
+    for c in calls:
+        if c.op == "conv2d":
+            reason = why_planar(c, block) if ran and block > 1 else None
+            planar[c.name] = reason or "the alter_layout pass did not run (opt level, disabled, or no block)"
+    return {
+        "channel_block": block,
+        "blocked_convs": sum(c.op == "conv2d_nchwc" for c in calls),
+        "layout_transforms": sum(c.op == "layout_transform" for c in calls),
+        "planar_convs": planar,
+    }
+
+
 def alter_conv_layout(graph: Graph, block: int) -> Graph:
     """Rewrite convolution chains into NCHW{block}c (block <= 1: the graph unchanged)."""
     if block <= 1 or not any(c.op == "conv2d" and why_planar(c, block) is None for c in graph.calls()):
