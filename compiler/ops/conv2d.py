@@ -49,23 +49,31 @@ def window_attrs(attrs: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int
     return (strides[0], strides[1]), (pads[0], pads[1], pads[2], pads[3]), (dilations[0], dilations[1])
 
 
+def conv_output_hw(op: str, x: TensorType, kernel: Sequence[int], attrs: dict[str, Any]) -> tuple[int, int]:
+    """(OH, OW) of a convolution over axes 2 and 3 of x; an empty output is a ShapeError."""
+    strides, pads, dilations = window_attrs(attrs)
+    h, wd = x.shape[2], x.shape[3]
+    oh = conv_out_size(h, kernel[0], strides[0], pads[0], pads[2], dilations[0])
+    ow = conv_out_size(wd, kernel[1], strides[1], pads[1], pads[3], dilations[1])
+    if oh < 1 or ow < 1:
+        raise fail(f"{op} output would be empty ({oh}x{ow}) for input {list(x.shape)}")
+    return oh, ow
+
+
 def _conv2d_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
     expect_args("conv2d", types, 2)
     x, w = types
     expect_dtype("conv2d", x, (FLOAT,), "input")
     expect_dtype("conv2d", w, (FLOAT,), "weight")
-    strides, pads, dilations = window_attrs(attrs)
+    window_attrs(attrs)
     groups = int_attr(attrs, "groups")
     if x.ndim != 4 or w.ndim != 4:
         raise fail(f"conv2d needs a 4-D input and weight, got {list(x.shape)} and {list(w.shape)}")
-    n, c, h, wd = x.shape
+    n, c = x.shape[:2]
     m, cg, kh, kw = w.shape
     if groups < 1 or c % groups or m % groups or cg * groups != c:
         raise fail(f"conv2d with groups={groups}: input channels {c} and weight {list(w.shape)} do not match")
-    oh = conv_out_size(h, kh, strides[0], pads[0], pads[2], dilations[0])
-    ow = conv_out_size(wd, kw, strides[1], pads[1], pads[3], dilations[1])
-    if oh < 1 or ow < 1:
-        raise fail(f"conv2d output would be empty ({oh}x{ow}) for input {list(x.shape)}")
+    oh, ow = conv_output_hw("conv2d", x, (kh, kw), attrs)
     return TensorType((n, m, oh, ow), x.dtype)
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from compiler.graph.ir import TensorType
-from compiler.ops.common import FLOAT, conv_out_size, expect_args, expect_dtype, fail, int_attr
-from compiler.ops.conv2d import _consumer_and_scope, _conv2d, pad_tensor, window_attrs
+from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr
+from compiler.ops.conv2d import _consumer_and_scope, _conv2d, conv_output_hw, pad_tensor, window_attrs
 from compiler.ops.layout import to_blocked, to_planar
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
@@ -63,13 +63,13 @@ def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
     x, w = types
     expect_dtype("conv2d_nchwc", x, (FLOAT,), "input")
     expect_dtype("conv2d_nchwc", w, (FLOAT,), "weight")
-    strides, pads, dilations = window_attrs(attrs)
+    window_attrs(attrs)
     groups = int_attr(attrs, "groups")
     if x.ndim != 5 or w.ndim != 6:
         raise fail(
             f"conv2d_nchwc needs a 5-D input and a 6-D weight, got {list(x.shape)} and {list(w.shape)}"
         )
-    n, icb, h, wd, ib = x.shape
+    n, icb, _, _, ib = x.shape
     ocb, wicb, kh, kw, wib, ob = w.shape
     c, oc = icb * ib, ocb * ob
     if _is_depthwise(x, w, groups):
@@ -86,10 +86,7 @@ def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
         raise fail(
             f"conv2d_nchwc with groups={groups}: input {list(x.shape)}, weight {list(w.shape)} do not match"
         )
-    oh = conv_out_size(h, kh, strides[0], pads[0], pads[2], dilations[0])
-    ow = conv_out_size(wd, kw, strides[1], pads[1], pads[3], dilations[1])
-    if oh < 1 or ow < 1:
-        raise fail(f"conv2d_nchwc output would be empty ({oh}x{ow}) for input {list(x.shape)}")
+    oh, ow = conv_output_hw("conv2d_nchwc", x, (kh, kw), attrs)
     return TensorType((n, ocb, oh, ow, ob), x.dtype)
 
 

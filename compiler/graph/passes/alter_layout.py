@@ -168,7 +168,7 @@ class _Rewriter:
             elif shape[1] == c and (a.type.ndim == 4 or self.is_blocked(a)):
                 args.append(self.as_blocked(a, self.block))
             elif shape[1] == 1:
-                args.append(_reshape(self.as_any(a), (*shape, 1), f"{_name(a)}.{blocked_layout(1)}"))
+                args.append(_reshape(self.as_planar(a), (*shape, 1), f"{_name(a)}.{blocked_layout(1)}"))
             else:
                 return None
         return Call(call.op, tuple(args), call.attrs, _blocked_type(call.type, self.block), call.name)
@@ -201,9 +201,6 @@ class _Rewriter:
             return None
         args = tuple(self.as_blocked(a, self.block) for a in call.args)
         return Call("concat", args, call.attrs, _blocked_type(call.type, self.block), call.name)
-
-    def as_any(self, old: Expr) -> Expr:
-        return self.planar.get(id(old)) or self.as_planar(old)
 
 
 def _name(e: Expr) -> str:
