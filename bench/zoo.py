@@ -123,7 +123,7 @@ def bench_entry(
     return row
 
 
-def _profile(name: str) -> None:
+def _profile(name: str, opt_level: int = 3, disabled_passes: frozenset[str] = frozenset()) -> None:
     """temper's kernels and onnxruntime's nodes, each summed by ONNX op type, side by side."""
     import onnx
     import onnxruntime as ort
@@ -137,7 +137,8 @@ def _profile(name: str) -> None:
     shapes = {k: tuple(v.shape) for k, v in feeds.items()} if entry.dynamic else {}
     op_of = {n.name: n.op_type for n in onnx.load_from_string(data).graph.node}
     with tempfile.TemporaryDirectory(prefix="temper-profile-") as tmp:
-        compiled = compile_model(data, CompileOptions(opt_level=3, shapes=shapes))
+        options = CompileOptions(opt_level=opt_level, shapes=shapes, disabled_passes=disabled_passes)
+        compiled = compile_model(data, options)
         path = Path(tmp) / "model.temper"
         compiled.save(path)
         module = compiler.runtime.load(path)
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.profile:
-        _profile(args.profile)
+        _profile(args.profile, args.opt_level, frozenset(args.disable_pass))
         return
     settings = common.Settings.from_args(args.quick)
     names = sorted(ZOO) if args.all_variants else canonical(ZOO)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from compiler.errors import CompilerError, ScheduleError
@@ -62,6 +62,8 @@ class Kernel:
     flat: PrimFunc
     trace: Trace
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    # the symbol of an earlier kernel with the same workload and schedule, whose code this one runs
+    same_as: str | None = None
 
 
 def _sym(name: str) -> str:
@@ -212,6 +214,31 @@ def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -
         provenance = {"source": "default", "rule": rule}
     flat = flatten(sch.func)
     return Kernel(name, _sym(name), w, sch.func, flat, sch.trace, provenance)
+
+
+def build_kernels(requests: Sequence[tuple[Workload, str, ScheduleChoice | None]]) -> list[Kernel]:
+    """build_kernel for each (workload, name, choice), scheduling each distinct (workload key,
+    schedule) once: a repeated block (ResNet's, DenseNet's) shares the first kernel's code
+    (`same_as`), so it is neither scheduled nor compiled again."""
+    first: dict[tuple[str, str], Kernel] = {}
+    kernels = []
+    for w, name, choice in requests:
+        ident = (w.key, choice.trace.dumps() if choice is not None else "")
+        k0 = first.get(ident)
+        if k0 is None:
+            k = first[ident] = build_kernel(w, name, choice)
+        else:
+            k = replace(
+                k0,
+                name=name,
+                symbol=_sym(name),
+                workload=w,
+                scheduled=replace(k0.scheduled, name=w.func.name),
+                flat=replace(k0.flat, name=w.func.name),
+                same_as=k0.same_as or k0.symbol,
+            )
+        kernels.append(k)
+    return kernels
 
 
 @dataclass(frozen=True)

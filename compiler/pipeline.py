@@ -24,9 +24,10 @@ from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, check_disabled, run_passes
 from compiler.graph.passes.alter_layout import layout_report
+from compiler.graph.passes.conv_algorithm import algorithm_report
 from compiler.graph.passes.fuse import print_fused
 from compiler.graph.printer import print_graph
-from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernel, lower_group
+from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernels, lower_group
 from compiler.limits import DEFAULT_LIMITS, Limits
 from compiler.planner import make_plan
 from compiler.runtime.archive import write_artifact
@@ -152,18 +153,23 @@ def compile_model(
     t0 = time.perf_counter()
     fr = build_frontier(model, options)
     t1 = time.perf_counter()
-    kernels = [
-        build_kernel(
-            fr.workloads[id(c)],
-            fr.workloads[id(c)].func.name,
-            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
-        )
-        for c in fr.groups
-    ]  # default / tuned / overridden schedule, then flatten
+    kernels = build_kernels(
+        [
+            (
+                fr.workloads[id(c)],
+                fr.workloads[id(c)].func.name,
+                _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
+            )
+            for c in fr.groups
+        ]
+    )  # default / tuned / overridden schedule, then flatten (once per distinct kernel)
     t2 = time.perf_counter()
     lib = CodeLibrary(fr.target)
     for k in kernels:
-        lib.add_kernel(k.flat, k.symbol)  # TIR -> LLVM IR
+        if k.same_as is not None:
+            lib.add_alias(k.symbol, k.same_as)
+        else:
+            lib.add_kernel(k.flat, k.symbol)  # TIR -> LLVM IR
     library = lib.shared_library()  # optimize for the target CPU, emit object, link
     t3 = time.perf_counter()
     by_id: dict[int, Kernel | None] = {id(c): k for c, k in zip(fr.groups, kernels, strict=True)}
@@ -193,6 +199,8 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
         "passes": fr.passes,
         # what alter_layout decided: the channel block, blocked convs, why the others stayed NCHW
         "layout": layout_report(fr.optimized, fr.target.lanes("float32"), "alter_layout" in fr.passes),
+        # which blocked convs run as Winograd, and why the others stay direct
+        "conv_algorithms": algorithm_report(fr.optimized, "conv_algorithm" in fr.passes),
         "inputs": [
             {"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs
         ],
@@ -260,14 +268,16 @@ def inspect_model(
             raise CompilerError(f"no kernel {kernel!r}; kernels: {names}")
     if stage == "tir":
         return "\n".join(func_str(fr.workloads[id(c)].func) for c in calls)
-    kernels = [
-        build_kernel(
-            fr.workloads[id(c)],
-            fr.workloads[id(c)].func.name,
-            _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
-        )
-        for c in calls
-    ]
+    kernels = build_kernels(
+        [
+            (
+                fr.workloads[id(c)],
+                fr.workloads[id(c)].func.name,
+                _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
+            )
+            for c in calls
+        ]
+    )
     if stage == "scheduled":
         return "\n".join(func_str(k.scheduled) for k in kernels)
     lib = CodeLibrary(fr.target)

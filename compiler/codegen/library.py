@@ -2,9 +2,9 @@
 
 Kernels are added as llvmlite IR; `finalize()` parses, verifies and optimises the module once for
 the exact target CPU, after which the library can print its IR/assembly, emit an object file or
-link a shared library: the system C compiler driver links the kernels with temper's parallel
-runtime (parallel.c, compiled by the same driver once per process) and libm, so that the library
-needs nothing but libc at load time.
+link a shared library: the system C compiler driver links the kernels with temper's runtime
+(parallel.c, the thread pool, and workspace.c, the kernels' scratch memory; compiled by the same
+driver once per process) and libm, so that the library needs nothing but libc at load time.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from pathlib import Path
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from compiler.codegen.llvm import emit_kernel
+from compiler.codegen.llvm import emit_alias, emit_kernel
 from compiler.errors import CodegenError
 from compiler.target import Target, init_llvm
 from compiler.tir.ir import PrimFunc
 
 _LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe
-PARALLEL_RUNTIME = Path(__file__).with_name("parallel.c")
+RUNTIME_SOURCES = (Path(__file__).with_name("parallel.c"), Path(__file__).with_name("workspace.c"))
 _RUNTIME_LOCK = threading.Lock()
-_runtime_objects: dict[str, bytes] = {}  # C compiler driver -> parallel.c compiled by it
+_runtime_objects: dict[str, list[bytes]] = {}  # C compiler driver -> the runtime sources compiled by it
 
 
 def _c_compiler() -> str:
@@ -36,23 +36,27 @@ def _c_compiler() -> str:
     return cc
 
 
-def runtime_object(cc: str) -> bytes:
-    """parallel.c compiled by `cc` (position-independent, its internals hidden, so that every library
-    keeps a pool of its own), once per process and driver."""
+def runtime_objects(cc: str) -> list[bytes]:
+    """The runtime sources compiled by `cc` (position-independent, their internals hidden, so that
+    every library keeps a pool and a workspace cache of its own), once per process and driver."""
     with _RUNTIME_LOCK:
         if cc not in _runtime_objects:
+            objects = []
             with tempfile.TemporaryDirectory(prefix="temper-runtime-") as d:
-                obj = Path(d) / "parallel.o"
-                flags = ["-std=c11", "-O2", "-fPIC", "-pthread", "-fvisibility=hidden"]
-                proc = subprocess.run(
-                    [cc, *flags, "-c", str(PARALLEL_RUNTIME), "-o", str(obj)],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if proc.returncode != 0:
-                    raise CodegenError(f"compiling the parallel runtime failed: {proc.stderr.strip()}")
-                _runtime_objects[cc] = obj.read_bytes()
+                for source in RUNTIME_SOURCES:
+                    obj = Path(d) / f"{source.stem}.o"
+                    flags = ["-std=c11", "-O2", "-fPIC", "-pthread", "-fvisibility=hidden"]
+                    proc = subprocess.run(
+                        [cc, *flags, "-c", str(source), "-o", str(obj)],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
+                    if proc.returncode != 0:
+                        err = proc.stderr.strip()
+                        raise CodegenError(f"compiling the runtime's {source.name} failed: {err}")
+                    objects.append(obj.read_bytes())
+            _runtime_objects[cc] = objects
         return _runtime_objects[cc]
 
 
@@ -69,6 +73,13 @@ class CodeLibrary:
         if self._final is not None:
             raise CodegenError("library is finalized; cannot add kernels")
         emit_kernel(self.module, func, symbol)
+        self.symbols.append(symbol)
+
+    def add_alias(self, symbol: str, of: str) -> None:
+        """Export `symbol` as the kernel `of` (added before): identical kernels are compiled once."""
+        if self._final is not None:
+            raise CodegenError("library is finalized; cannot add kernels")
+        emit_alias(self.module, symbol, of)
         self.symbols.append(symbol)
 
     @property
@@ -124,13 +135,16 @@ class CodeLibrary:
         process lives, so the library must never be unmapped under them."""
         obj = self.object_code()
         cc = _c_compiler()
-        runtime = runtime_object(cc)
+        runtime = runtime_objects(cc)
         with tempfile.TemporaryDirectory(prefix="temper-link-") as d:
-            o, r, so = Path(d) / "kernels.o", Path(d) / "parallel.o", Path(d) / "lib.so"
+            o, so = Path(d) / "kernels.o", Path(d) / "lib.so"
             o.write_bytes(obj)
-            r.write_bytes(runtime)
+            parts = [o]
+            for k, code in enumerate(runtime):
+                parts.append(Path(d) / f"runtime{k}.o")
+                parts[-1].write_bytes(code)
             proc = subprocess.run(
-                [cc, "-shared", "-pthread", "-Wl,-z,nodelete", "-o", str(so), str(o), str(r), "-lm"],
+                [cc, "-shared", "-pthread", "-Wl,-z,nodelete", "-o", str(so), *map(str, parts), "-lm"],
                 capture_output=True,
                 text=True,
                 check=False,

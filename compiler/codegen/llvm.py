@@ -11,11 +11,13 @@ left. Kernels have the C ABI `int32_t name(void **args)`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from llvmlite import ir
 
 from compiler.codegen.mathfns import emit_erf, emit_exp, emit_tanh
 from compiler.errors import CodegenError
+from compiler.runtime.errors import OUT_OF_MEMORY
 from compiler.tir.flatten import free_vars
 from compiler.tir.ir import (
     Allocate,
@@ -38,12 +40,11 @@ from compiler.tir.ir import (
     Store,
     Var,
     substitute,
-    substitute_stmt,
     walk_expr,
     walk_stmts,
 )
 from compiler.tir.legality import MAX_UNROLL_EXTENT
-from compiler.tir.simplify import affine_coeffs, bounds, simplify
+from compiler.tir.simplify import affine_coeffs, bounds, simplify, specialize
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -54,6 +55,7 @@ F64 = ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
+WORKSPACE_ALLOC, WORKSPACE_FREE = "temper_workspace_alloc", "temper_workspace_free"  # workspace.c
 PARALLEL_FOR = "temper_parallel_for"
 """The parallel runtime's entry (compiler/codegen/parallel.c): (body, data, extent), where
 `body(data, start, end)` runs the iterations [start, end) of an outlined parallel loop."""
@@ -98,6 +100,7 @@ class KernelEmitter:
         self.func = func
         self.symbol = symbol
         self._outlined = 0
+        self._load_plans: dict[tuple[Load, Var | None], tuple[Any, ...]] = {}
 
     # ------------------------------------------------------------------ entry points
     def emit(self) -> ir.Function:
@@ -105,7 +108,7 @@ class KernelEmitter:
         `noalias` (the memory plan never hands a kernel overlapping buffers it writes), so LLVM may
         keep accumulators in registers and vectorize freely; the body is inlined into the entry."""
         n = len(self.func.params)
-        body = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * n), f"{self.symbol}.body")
+        body = ir.Function(self.module, ir.FunctionType(I32, [PTR] * n), f"{self.symbol}.body")
         body.linkage = "internal"
         body.attributes.add("alwaysinline")
         for arg in body.args:
@@ -114,7 +117,7 @@ class KernelEmitter:
         for buf, arg in zip(self.func.params, body.args, strict=True):
             ctx.bufs[buf] = arg
         self._stmt(ctx, self.func.body)
-        ctx.builder.ret_void()
+        ctx.builder.ret(ir.Constant(I32, 0))
         ctx.entry.branch(body.blocks[1])
 
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR]), self.symbol)
@@ -123,8 +126,7 @@ class KernelEmitter:
             b.load(b.gep(fn.args[0], [ir.Constant(I64, i)], inbounds=True, source_etype=PTR), typ=PTR)
             for i in range(n)
         ]
-        b.call(body, ptrs)
-        b.ret(ir.Constant(I32, 0))
+        b.ret(b.call(body, ptrs))  # 0, or an error code (compiler.runtime.errors)
         return fn
 
     def _new_ctx(self, fn: ir.Function) -> _Ctx:
@@ -199,18 +201,27 @@ class KernelEmitter:
         if e.buffer not in ctx.bufs:
             raise CodegenError(f"buffer {e.buffer.name} is not in scope")
         mem = _MEM_TYPES[e.buffer.dtype]
-        off = self._flat_offset(e.buffer, e.indices, ctx.ranges)
+        vec_var = ctx.vec[0] if ctx.vec is not None else None
+        # the same load recurs across the iterations of unrolled loops it does not depend on
+        # (the input tile of every Winograd position): its address analysis is done once
+        plan = self._load_plans.get((e, vec_var))
+        if plan is None:
+            off = self._flat_offset(e.buffer, e.indices, ctx.ranges)
+            lin = affine_coeffs(off) if self._depends(ctx, off) else None
+            base = simplify(substitute(off, {vec_var: IntImm(0)})) if lin is not None and vec_var else None
+            plan = (off, lin, base)
+            self._load_plans[(e, vec_var)] = plan
+        off, lin, base = plan
         if not self._depends(ctx, off):
             v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, off)), typ=mem)
             return b.trunc(v, I1) if e.buffer.dtype == "bool" else v
         var, lanes = ctx.vec  # type: ignore[misc]
-        lin = affine_coeffs(off)
         if (
             lin is not None
             and lin[0].get(var) == 1
             and not any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
         ):
-            base = simplify(substitute(off, {var: IntImm(0)}))
+            assert base is not None
             saved = ctx.vec
             ctx.vec = None
             p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, lanes))
@@ -230,7 +241,7 @@ class KernelEmitter:
         ):
             # strided: load the covering span as one (odd-sized) vector, keep every c-th lane
             c = lin[0][var]
-            base = simplify(substitute(off, {var: IntImm(0)}))
+            assert base is not None
             span = (lanes - 1) * c + 1
             saved = ctx.vec
             ctx.vec = None
@@ -280,6 +291,9 @@ class KernelEmitter:
             a = self._expr(ctx, e.a)
             return b.not_(a)
         if isinstance(e, Select):
+            known = simplify(e.cond, ctx.ranges)
+            if isinstance(known, IntImm):  # e.g. a position of an unrolled tile: only its own branch
+                return self._expr(ctx, e.t if known.value else e.f)
             padded = self._padded_load(ctx, e)
             if padded is not None:
                 return padded
@@ -636,13 +650,19 @@ class KernelEmitter:
             ctx.bufs[buf] = arr
             self._stmt(ctx, s.body)
             return
-        alloc = self._extern("aligned_alloc", PTR, [I64, I64])
-        free = self._extern("free", VOID, [PTR])
-        size = (nbytes + 63) // 64 * 64
-        p = ctx.builder.call(alloc, [ir.Constant(I64, 64), ir.Constant(I64, size)])
+        # from the runtime's workspace cache (compiler/codegen/workspace.c), not malloc: large blocks
+        # from malloc are fresh pages, faulted in anew on every call
+        alloc = self._extern(WORKSPACE_ALLOC, PTR, [I64])
+        free = self._extern(WORKSPACE_FREE, VOID, [PTR, I64])
+        size = ir.Constant(I64, (nbytes + 63) // 64 * 64)
+        b = ctx.builder
+        p = b.call(alloc, [size])
+        if ctx.fn.function_type.return_type == I32:  # the kernel's body (not an outlined loop body)
+            with b.if_then(b.icmp_unsigned("==", p, ir.Constant(PTR, None)), likely=False):
+                b.ret(ir.Constant(I32, OUT_OF_MEMORY))
         ctx.bufs[buf] = p
         self._stmt(ctx, s.body)
-        ctx.builder.call(free, [p])
+        ctx.builder.call(free, [p, size])
 
     def _counted_loop(self, ctx: _Ctx, var: Var, start: ir.Value, end: ir.Value, body: Stmt) -> None:
         b = ctx.builder
@@ -678,7 +698,7 @@ class KernelEmitter:
         elif s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and s.extent <= MAX_UNROLL_EXTENT:
             for i in range(s.extent):
                 ctx.vars[s.var] = ir.Constant(I64, i)
-                self._stmt(ctx, _bind_const(s.body, s.var, i) if ctx.vec is not None else s.body)
+                self._stmt(ctx, specialize(s.body, s.var, i, ctx.ranges) if ctx.vec is not None else s.body)
         else:
             self._counted_loop(ctx, s.var, ir.Constant(I64, 0), ir.Constant(I64, s.extent), s.body)
 
@@ -736,10 +756,6 @@ class KernelEmitter:
         b.call(run, [body_fn, data, ir.Constant(I64, s.extent)])
 
 
-def _bind_const(s: Stmt, var: Var, value: int) -> Stmt:
-    return substitute_stmt(s, {var: IntImm(value)})
-
-
 def _vectorizable(s: For) -> bool:
     for x in walk_stmts(s.body):
         if isinstance(x, (Allocate,)):
@@ -767,6 +783,17 @@ def _buffers_used(s: Stmt) -> list[Buffer]:
 
 def emit_kernel(module: ir.Module, func: PrimFunc, symbol: str) -> ir.Function:
     return KernelEmitter(module, func, symbol).emit()
+
+
+def emit_alias(module: ir.Module, symbol: str, of: str) -> ir.Function:
+    """A kernel entry `symbol` that runs the kernel entry `of` (same C ABI)."""
+    target = module.get_global(of)
+    if not isinstance(target, ir.Function):
+        raise CodegenError(f"no kernel {of!r} in the module to alias as {symbol!r}")
+    fn = ir.Function(module, ir.FunctionType(I32, [PTR]), symbol)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.ret(b.call(target, [fn.args[0]]))
+    return fn
 
 
 def _strip_clamps(e: Expr, var: Var, clamps: list[tuple[Expr, int | None, int | None]]) -> Expr:

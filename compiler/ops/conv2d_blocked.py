@@ -212,7 +212,7 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
             if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
             else [loh, ocbo, owo]
         )
-        sch.reorder(ln, *tiles, lrcb, lry, lrx, lrci, ocbi, owi, loc)
+        sch.reorder(ln, *tiles, lrcb, lry, lrx, lrci, owi, ocbi, loc)
         outer = sch.fuse(ln, tiles[0], tiles[1])
         if threads:
             sch.parallel(outer)

@@ -61,18 +61,19 @@ def _open_library(library: bytes) -> ctypes.CDLL:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _stop_threads_when_collected(module: object, library: ctypes.CDLL) -> None:
-    """End the library's worker threads when `module` is garbage-collected: every Module opens its own
-    copy of lib.so, whose thread pool (compiler/codegen/parallel.c) serves nobody else. Not at
-    interpreter exit, where the process ends them anyway. Libraries linked before temper had its own
-    parallel runtime have no pool to stop."""
-    try:
-        stop = library.temper_parallel_stop
-    except AttributeError:
-        return
-    stop.restype = None
-    stop.argtypes = []
-    weakref.finalize(module, stop).atexit = False
+def _release_when_collected(module: object, library: ctypes.CDLL) -> None:
+    """End the library's worker threads and free its cached workspace when `module` is garbage-
+    collected: every Module opens its own copy of lib.so, whose thread pool and workspace cache
+    (compiler/codegen/parallel.c, workspace.c) serve nobody else. Not at interpreter exit, where the
+    process ends them anyway. Libraries linked before temper had this runtime lack those entries."""
+    for name in ("temper_parallel_stop", "temper_workspace_release"):
+        try:
+            fn = getattr(library, name)
+        except AttributeError:
+            continue
+        fn.restype = None
+        fn.argtypes = []
+        weakref.finalize(module, fn).atexit = False
 
 
 def _byte_views(plan: Plan, params: np.ndarray, workspace: np.ndarray) -> dict[BufferId, np.ndarray]:
@@ -129,7 +130,7 @@ class Module:
         self._outputs = contents.outputs
         self._lock = threading.Lock()
         self._library = _open_library(contents.members["lib.so"])
-        _stop_threads_when_collected(self, self._library)
+        _release_when_collected(self, self._library)
         self._slots: dict[BufferId, list[tuple[ctypes.Array[ctypes.c_void_p], int, int]]] = {}
 
         params = _aligned_bytes(len(contents.members["params.bin"]))

@@ -8,7 +8,7 @@ one period — this is what turns `(o * 16 + i) // 16` back into `o` after a spl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from compiler.tir.ir import (
     Allocate,
@@ -318,5 +318,72 @@ def simplify_stmt(s: Stmt, ranges: Mapping[Var, int]) -> Stmt:
             simplify_stmt(s.body, inner),
             None if s.init is None else simplify_stmt(s.init, inner),
             pred,
+        )
+    return s
+
+
+def specialize(s: Stmt, var: Var, value: int, ranges: Mapping[Var, int]) -> Stmt:
+    """s with the constant `value` for `var` (an iteration of an unrolled loop), selects whose
+    condition that decides reduced to their taken branch. Top-down, so the branches not taken are
+    never visited: a select chain over the positions of a tile shrinks to one position's expression
+    at the cost of that expression, not of the whole chain."""
+    const = IntImm(value)
+    memo: dict[int, Expr] = {}
+
+    def ex(e: Expr) -> Expr:
+        done = memo.get(id(e))
+        if done is not None:
+            return done
+        if e is var:
+            out: Expr = const
+        elif isinstance(e, Select):
+            c = ex(e.cond)
+            known = simplify(c, ranges) if c is not e.cond else c
+            if isinstance(known, IntImm):
+                out = ex(e.t if known.value else e.f)
+            else:
+                out = Select(c, ex(e.t), ex(e.f))
+        elif isinstance(e, BinOp):
+            a, b = ex(e.a), ex(e.b)
+            out = e if (a is e.a and b is e.b) else BinOp(e.op, a, b)
+        elif isinstance(e, Not):
+            a = ex(e.a)
+            out = e if a is e.a else Not(a)
+        elif isinstance(e, Load):
+            ix = tuple(ex(i) for i in e.indices)
+            out = e if all(a is b for a, b in zip(ix, e.indices, strict=True)) else Load(e.buffer, ix)
+        elif isinstance(e, Call):
+            args = tuple(ex(x) for x in e.args)
+            out = Call(e.name, args, e.dtype)
+        elif isinstance(e, Cast):
+            out = Cast(e.dtype, ex(e.value))
+        else:
+            out = e
+        memo[id(e)] = out
+        return out
+
+    return _map_exprs(s, ex)
+
+
+def _map_exprs(s: Stmt, ex: Callable[[Expr], Expr]) -> Stmt:
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _map_exprs(s.body, ex))
+    if isinstance(s, Seq):
+        return seq([_map_exprs(x, ex) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _map_exprs(s.body, ex))
+    if isinstance(s, IfThenElse):
+        orelse = None if s.orelse is None else _map_exprs(s.orelse, ex)
+        return IfThenElse(ex(s.cond), _map_exprs(s.then, ex), orelse)
+    if isinstance(s, Store):
+        return Store(s.buffer, tuple(ex(i) for i in s.indices), ex(s.value))
+    if isinstance(s, Block):
+        return Block(
+            s.name,
+            s.iter_vars,
+            tuple(ex(b) for b in s.bindings),
+            _map_exprs(s.body, ex),
+            None if s.init is None else _map_exprs(s.init, ex),
+            None if s.predicate is None else ex(s.predicate),
         )
     return s

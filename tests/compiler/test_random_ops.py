@@ -147,6 +147,59 @@ def test_random_blocked_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-
     _check(model, feeds, tmp_path, opt_level=3)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_random_winograd_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """3x3 stride-1 convs the conv_algorithm pass runs as Winograd F(4x4) or F(2x2): channel counts
+    that fill blocks or are padded to them, planes that do not divide into tiles, asymmetric pads,
+    batches, a fused bias + ReLU and a residual add. Weights scaled as trained networks' are (the
+    transforms' rounding is relative to the sums' magnitude)."""
+    rng = np.random.default_rng(1500 + seed)
+    lanes = parse_target("host").lanes()
+    cin = int(rng.integers(32, 3 * lanes + 33)) if seed % 3 == 2 else lanes * int(rng.integers(2, 5))
+    cout = cin if seed % 2 else max(32, lanes * int(rng.integers(2, 4)))
+    h, w = int(rng.integers(4, 30)), int(rng.integers(4, 30))
+    pads = [int(p) for p in rng.integers(0, 3, 4)]
+    x = _randn(rng, int(rng.integers(1, 3)), cin, h, w)
+    weight = _randn(rng, cout, cin, 3, 3) / np.float32(np.sqrt(9 * cin))
+    model, feeds = single_op("Conv", {"x": x}, {"w": weight, "b": _randn(rng, cout)}, pads=pads)
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    algorithms = compiled.manifest["conv_algorithms"]
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    assert (len(algorithms["winograd"]) == 1) == (min(oh, ow) >= 4), algorithms
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
+def test_winograd_with_a_fused_epilogue_and_a_residual(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    c = 2 * parse_target("host").lanes()
+    inits = [
+        numpy_helper.from_array(_randn(rng, c, c, 3, 3) / np.float32(np.sqrt(9 * c)), f"w{k}") for k in (1, 2)
+    ] + [numpy_helper.from_array(_randn(rng, c), f"b{k}") for k in (1, 2)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["c2", "x"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu2"),
+    ]
+    shape = [1, c, 14, 9]
+    g = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    assert set(compiled.manifest["conv_algorithms"]["winograd"]) == {"conv1", "conv2"}
+    kernels = [k for k in compiled.manifest["kernels"] if "winograd" in k["name"]]
+    assert [set(k["nodes"]) for k in kernels] == [{"conv1", "relu1"}, {"conv2", "residual", "relu2"}]
+    _check(model, {"x": _randn(rng, *shape)}, tmp_path, opt_level=3)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_random_matmul(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(100 + seed)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from compiler.graph.ir import Graph
 from compiler.graph.passes.alter_layout import alter_conv_layout
+from compiler.graph.passes.conv_algorithm import choose_conv_algorithm
 from compiler.graph.passes.eliminate import common_subexpression_elimination, dead_code_elimination
 from compiler.graph.passes.fold_batch_norm import fold_batch_norm
 from compiler.graph.passes.fold_constants import fold_constants
@@ -62,6 +63,8 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     ("fold_batch_norm", _plain(fold_batch_norm)),  # BN scales conv/matmul weights; the rest become mul + add
     # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
     ("alter_layout", alter_layout),
+    # 3x3 stride-1 blocked convs with enough channels -> Winograd F(4x4 or 2x2, 3x3), weights transformed
+    ("conv_algorithm", _plain(choose_conv_algorithm)),
     # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
     # reshapes this leaves between two such layers cancel out
     ("pointwise_conv_to_matmul", _plain(pointwise_conv_to_matmul)),

@@ -229,7 +229,8 @@ def layout_report(optimized: Graph, block: int, ran: bool) -> dict[str, object]:
             planar[c.name] = reason or "the alter_layout pass did not run (opt level, disabled, or no block)"
     return {
         "channel_block": block,
-        "blocked_convs": sum(c.op == "conv2d_nchwc" for c in calls),
+        # conv_algorithm may have turned some into Winograd convs, blocked as well
+        "blocked_convs": sum(c.op in ("conv2d_nchwc", "conv2d_winograd_nchwc") for c in calls),
         "layout_transforms": sum(c.op == "layout_transform" for c in calls),
         "planar_convs": planar,
     }

@@ -15,7 +15,15 @@ from compiler.ops import common
 from compiler.ops.registry import Pattern, all_ops, get
 
 VOCABULARY = {
-    Pattern.ANCHOR: {"conv2d", "conv2d_nchwc", "conv_transpose2d", "matmul", "max_pool2d", "avg_pool2d"},
+    Pattern.ANCHOR: {
+        "conv2d",
+        "conv2d_nchwc",
+        "conv2d_winograd_nchwc",
+        "conv_transpose2d",
+        "matmul",
+        "max_pool2d",
+        "avg_pool2d",
+    },
     Pattern.REDUCTION: {
         *("reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm", "cumsum"),
     },

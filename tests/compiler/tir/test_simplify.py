@@ -2,7 +2,7 @@
 
 from compiler.tir.ir import BinOp, IntImm, Var
 from compiler.tir.printer import expr_str
-from compiler.tir.simplify import bounds, simplify
+from compiler.tir.simplify import bounds, simplify, specialize
 
 
 def test_split_indices_fold_back() -> None:
@@ -41,3 +41,26 @@ def test_fused_row_and_column_recombine_into_the_flat_index() -> None:
     assert "%" in expr_str(simplify(BinOp("+", BinOp("%", p, IntImm(56)), c)))
     odd = BinOp("+", BinOp("*", BinOp("//", p, IntImm(56)), IntImm(55)), BinOp("%", p, IntImm(56)))
     assert "//" in expr_str(simplify(odd))
+
+
+def test_specializing_an_unrolled_iteration_keeps_only_the_taken_branches() -> None:
+    from compiler.tir.ir import Buffer, FloatImm, Load, Select, Store
+
+    o, i, lane = Var("o"), Var("i"), Var("lane")
+    src, dst = Buffer("src", (64,), "float32"), Buffer("dst", (64,), "float32")
+    position = BinOp("%", BinOp("+", BinOp("*", o, IntImm(4)), i), IntImm(4))  # (4o + i) % 4
+    branches = [Load(src, (BinOp("+", BinOp("*", o, IntImm(4)), IntImm(k)),)) for k in range(4)]
+    chain = branches[3]
+    for k in reversed(range(3)):
+        chain = Select(BinOp("==", position, IntImm(k)), branches[k], chain)
+    body = Store(dst, (lane,), BinOp("*", chain, FloatImm(2.0)))
+    ranges = {o: 16, i: 4, lane: 8}
+    for k in range(4):
+        got = specialize(body, i, k, ranges)
+        assert isinstance(got, Store)
+        assert expr_str(got.value) == expr_str(BinOp("*", branches[k], FloatImm(2.0)))
+    # a condition the value does not decide keeps its select
+    kept = specialize(
+        Store(dst, (lane,), Select(BinOp("<", o, IntImm(3)), branches[0], FloatImm(0.0))), i, 1, ranges
+    )
+    assert isinstance(kept, Store) and isinstance(kept.value, Select)

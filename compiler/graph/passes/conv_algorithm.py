@@ -1,0 +1,88 @@
+"""Convolution algorithm selection: direct blocked convolution or Winograd F(m x m, 3 x 3).
+
+Runs after alter_layout, on its conv2d_nchwc calls. A 3x3 stride-1 dense conv with enough channels
+on each side spends most of its time in multiply-adds that Winograd's minimal filtering saves: F(4x4)
+does 36 multiplications per channel pair and 4x4 output tile where the direct conv does 144, at the
+price of transforming every input and output tile (work per channel, not per channel pair) and of a
+round trip of the transformed tiles through memory. So the rule wants many channel pairs per tile
+transform and enough tiles to amortize that round trip; below that the direct conv stays.
+
+Every rule states its reason (`why_direct`), recorded in the manifest's `conv_algorithms` entry.
+"""
+
+from __future__ import annotations
+
+from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of
+from compiler.ops.conv2d_winograd import KERNEL, transform_weight
+
+# channels on each side below which the tile transforms cost more than the multiplications saved
+MIN_CHANNELS = 32
+# output tiles of 4x4 need at least this output size on each side (else 2x2 tiles: less padding
+# waste on small planes, fewer savings)
+MIN_SIZE_TILE4 = 8
+MIN_OUTPUT = 4
+
+
+def why_direct(call: Call) -> str | None:
+    """None when this conv2d_nchwc can run as Winograd, else why it stays direct."""
+    if call.op != "conv2d_nchwc":
+        return "not a blocked conv2d"
+    w = call.args[1]
+    if not isinstance(w, Const):
+        return "its weight is not a constant (it cannot be transformed at compile time)"
+    ocb, icb, kh, kw, ib, ob = w.type.shape
+    if (kh, kw) != (KERNEL, KERNEL):
+        return f"its kernel is {kh}x{kw}, Winograd here is for 3x3"
+    if tuple(call.attr("strides")) != (1, 1) or tuple(call.attr("dilations")) != (1, 1):
+        return "strided or dilated"
+    if call.attr("groups", 1) != 1:
+        return "grouped (the products over channels are too short)"
+    if ib != ob:
+        return f"its input is blocked by {ib}, not by {ob} (a network's first conv)"
+    if icb * ib < MIN_CHANNELS or ocb * ob < MIN_CHANNELS:
+        return f"fewer than {MIN_CHANNELS} input or output channels (the tile transforms would dominate)"
+    oh, ow = call.type.shape[2], call.type.shape[3]
+    if min(oh, ow) < MIN_OUTPUT:
+        return f"its output ({oh}x{ow}) is smaller than {MIN_OUTPUT}x{MIN_OUTPUT}"
+    return None
+
+
+def tile_for(call: Call) -> int:
+    oh, ow = call.type.shape[2], call.type.shape[3]
+    return 4 if min(oh, ow) >= MIN_SIZE_TILE4 else 2
+
+
+def choose_conv_algorithm(graph: Graph) -> Graph:
+    """Rewrite every conv2d_nchwc the rule admits into conv2d_winograd_nchwc (weights transformed)."""
+    if not any(why_direct(c) is None for c in graph.calls()):
+        return graph
+    made: dict[int, Expr] = {}
+
+    def rebuilt(node: Expr) -> Expr:
+        return made.get(id(node), node)
+
+    for node in graph.nodes():
+        if not isinstance(node, Call):
+            continue
+        args = tuple(rebuilt(a) for a in node.args)
+        if why_direct(node) is None:
+            w = node.args[1]
+            assert isinstance(w, Const)
+            m = tile_for(node)
+            u = Const(f"{w.name}.winograd{m}", transform_weight(w.data, m))
+            attrs = attrs_of({"pads": tuple(node.attr("pads")), "tile": m})
+            made[id(node)] = Call("conv2d_winograd_nchwc", (args[0], u), attrs, node.type, node.name)
+        elif any(a is not b for a, b in zip(args, node.args, strict=True)):
+            made[id(node)] = Call(node.op, args, node.attrs, node.type, node.name)
+    return graph.with_outputs(tuple(rebuilt(o) for o in graph.outputs))
+
+
+def algorithm_report(optimized: Graph, ran: bool) -> dict[str, object]:
+    """For the manifest: which blocked convs run as Winograd (with their tile) and why the others
+    stay direct."""
+    winograd = {c.name: f"F({c.attr('tile')}x{c.attr('tile')}, 3x3)" for c in optimized.calls()
+                if c.op == "conv2d_winograd_nchwc"}  # fmt: skip
+    not_run = "the conv_algorithm pass did not run (opt level or disabled)"
+    blocked = [c for c in optimized.calls() if c.op == "conv2d_nchwc"]
+    direct = {c.name: (why_direct(c) if ran else None) or not_run for c in blocked}
+    return {"winograd": winograd, "direct": direct}

@@ -1,0 +1,322 @@
+"""conv2d_winograd_nchwc: a 3x3, stride-1 convolution in NCHW{b}c by Winograd's minimal filtering.
+
+F(m x m, 3 x 3) computes each m x m tile of output from an (m+2) x (m+2) tile of input with
+(m+2)^2 multiplications per channel pair instead of 9 m^2: the input tile d and the filter g are
+transformed (V = B^T d B, U = G g G^T), multiplied elementwise and summed over input channels
+(for each of the (m+2)^2 positions a matrix product over channels), and transformed back
+(Y = A^T M A). The filter transform runs at compile time: the op's weight is U, laid out
+[alpha, alpha, OC/ob, C/ib, ib, ob] (alpha = m + 2), made by `transform_weight` from the packed
+weight of conv2d_nchwc.
+
+Input x is [N, C/ib, H, W, ib], the output [N, OC/ob, OH, OW, ob] (ib = ob = the channel block).
+Attributes: pads (top, left, bottom, right) and tile (m: 2 or 4).
+
+The transforms' coefficients are small integers and fractions (exact in float32 for the input and
+output transforms), but F(4x4) amplifies rounding more than a direct sum: its results differ from
+a direct convolution by a few float32 ulps of the larger terms, which the graph pass weighs when it
+picks this algorithm (see compiler/graph/passes/conv_algorithm.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from compiler.graph.ir import TensorType
+from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr, ints_attr, non_negative
+from compiler.ops.conv2d import pad_tensor
+from compiler.ops.conv2d_blocked import register_tile
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tir import compute as te
+from compiler.tir.ir import BinOp, Expr
+from compiler.tir.rules import (
+    MIN_PARALLEL_FLOPS,
+    KernelInfo,
+    block_of,
+    inline_injective,
+    parallel_vectorize,
+    root_loops,
+)
+from compiler.tir.trace import Schedule
+
+KERNEL = 3  # the filter size these transforms are for
+TILES = (2, 4)  # supported output tile sizes m
+
+_F = Fraction
+# (B^T, G, A^T) of F(m x m, 3 x 3) for interpolation points 0, 1, -1 (m = 2) and 0, 1, -1, 2, -2
+# (m = 4), the last row of each being the point at infinity (Lavin & Gray, 2015)
+_MATRICES: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
+    2: (
+        [[_F(x) for x in r] for r in ([1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1])],
+        [
+            [_F(x) for x in r]
+            for r in (["1", "0", "0"], ["1/2", "1/2", "1/2"], ["1/2", "-1/2", "1/2"], ["0", "0", "1"])
+        ],
+        [[_F(x) for x in r] for r in ([1, 1, 1, 0], [0, 1, -1, -1])],
+    ),
+    4: (
+        [
+            [_F(x) for x in r]
+            for r in (
+                [4, 0, -5, 0, 1, 0],
+                [0, -4, -4, 1, 1, 0],
+                [0, 4, -4, -1, 1, 0],
+                [0, -2, -1, 2, 1, 0],
+                [0, 2, -1, -2, 1, 0],
+                [0, 4, 0, -5, 0, 1],
+            )
+        ],
+        [
+            [_F(x) for x in r]
+            for r in (
+                ["1/4", "0", "0"],
+                ["-1/6", "-1/6", "-1/6"],
+                ["-1/6", "1/6", "-1/6"],
+                ["1/24", "1/12", "1/6"],
+                ["1/24", "-1/12", "1/6"],
+                ["0", "0", "1"],
+            )
+        ],
+        [
+            [_F(x) for x in r]
+            for r in ([1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1])
+        ],
+    ),
+}
+
+
+def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B^T, G, A^T) of F(m x m, 3 x 3) as float64 arrays."""
+    if m not in _MATRICES:
+        raise fail(f"Winograd tile must be one of {list(TILES)}, got {m}")
+    return tuple(np.array(x, dtype=np.float64) for x in _MATRICES[m])  # type: ignore[return-value]
+
+
+def transform_weight(packed: np.ndarray, m: int) -> np.ndarray:
+    """conv2d_nchwc's packed 3x3 weight [OC/ob, C/ib, 3, 3, ib, ob] -> U [alpha, alpha, OC/ob, C/ib,
+    ib, ob], U = G g G^T for every channel pair, computed in float64."""
+    kh, kw = packed.shape[2:4]
+    if (kh, kw) != (KERNEL, KERNEL):
+        raise fail(f"Winograd F({m}x{m}, 3x3) needs a 3x3 filter, got {kh}x{kw}")
+    _, g, _ = matrices(m)
+    u = np.einsum("ak,bl,oiklxy->aboixy", g, g, packed.astype(np.float64))
+    return np.ascontiguousarray(u.astype(packed.dtype))
+
+
+def _output_hw(x: TensorType, pads: Sequence[int]) -> tuple[int, int]:
+    oh = x.shape[2] + pads[0] + pads[2] - KERNEL + 1
+    ow = x.shape[3] + pads[1] + pads[3] - KERNEL + 1
+    if oh < 1 or ow < 1:
+        raise fail(f"conv2d_winograd_nchwc output would be empty ({oh}x{ow}) for input {list(x.shape)}")
+    return oh, ow
+
+
+def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args("conv2d_winograd_nchwc", types, 2)
+    x, u = types
+    expect_dtype("conv2d_winograd_nchwc", x, (FLOAT,), "input")
+    expect_dtype("conv2d_winograd_nchwc", u, (FLOAT,), "weight")
+    pads = ints_attr(attrs, "pads", 4)
+    non_negative("pads", pads)
+    m = int_attr(attrs, "tile")
+    if m not in TILES:
+        raise fail(f"conv2d_winograd_nchwc tile must be one of {list(TILES)}, got {m}")
+    if x.ndim != 5 or u.ndim != 6:
+        raise fail(
+            "conv2d_winograd_nchwc needs a 5-D input and a 6-D weight, "
+            f"got {list(x.shape)} and {list(u.shape)}"
+        )
+    n, icb, _, _, ib = x.shape
+    a, b, ocb, wicb, wib, ob = u.shape
+    if a != m + 2 or b != m + 2 or wicb != icb or wib != ib or ob != ib:
+        raise fail(
+            f"conv2d_winograd_nchwc with tile {m}: input {list(x.shape)} and transformed weight "
+            f"{list(u.shape)} do not match (expected [{m + 2}, {m + 2}, OC/{ib}, {icb}, {ib}, {ib}])"
+        )
+    oh, ow = _output_hw(x, pads)
+    return TensorType((n, ocb, oh, ow, ob), x.dtype)
+
+
+def _tiles(oh: int, ow: int, m: int) -> tuple[int, int]:
+    return -(-oh // m), -(-ow // m)
+
+
+def _reference(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The algorithm itself in numpy (float64): the oracle for the compiled kernel."""
+    x, u = a
+    m = attrs["tile"]
+    pt, pl, pb, pr = attrs["pads"]
+    bt, _, at = matrices(m)
+    n, icb, h, w, ib = x.shape
+    oh, ow = h + pt + pb - 2, w + pl + pr - 2
+    th, tw = _tiles(oh, ow, m)
+    xp = np.zeros((n, icb, m * th + 2, m * tw + 2, ib))
+    xp[:, :, pt : pt + h, pl : pl + w] = x
+    rows = np.arange(th)[:, None] * m + np.arange(m + 2)[None, :]  # [th, alpha]
+    cols = np.arange(tw)[:, None] * m + np.arange(m + 2)[None, :]
+    tiles = xp[:, :, rows[:, :, None, None], cols[None, None, :, :]]  # [n, icb, th, alpha, tw, alpha, ib]
+    v = np.einsum("ak,bl,ncikjlx->abncijx", bt, bt, tiles)
+    mm = np.einsum("abncijx,abocxy->abnoijy", v, u.astype(np.float64))
+    y = np.einsum("pa,qb,abnoijy->noipjqy", at, at, mm)  # [n, ocb, th, m, tw, m, ob]
+    y = y.reshape(n, u.shape[2], th * m, tw * m, u.shape[5])[:, :, :oh, :ow]
+    return np.ascontiguousarray(y.astype(x.dtype))
+
+
+def _linear_combination(coefs: Sequence[tuple[Fraction, Expr]]) -> Expr:
+    """sum(c * x) with the zero terms left out and unit coefficients as additions/subtractions."""
+    total: Expr | None = None
+    for c, x in coefs:
+        if c == 0:
+            continue
+        if abs(c) == 1:
+            term = x
+        else:
+            term = te.mul(te.f32(float(abs(c))), x)
+        if total is None:
+            total = term if c > 0 else te.mul(te.f32(float(c)), x)
+        else:
+            total = te.add(total, term) if c > 0 else te.sub(total, term)
+    return total if total is not None else te.f32(0.0)
+
+
+def _by_position(pos: tuple[Expr, Expr], extent: tuple[int, int], expr_at: Any) -> Expr:
+    """select(pos == (a, b), expr_at(a, b), ...) over every position of the tile: unrolling the
+    position loops leaves one branch per position, with its own coefficients as constants."""
+    rows = []
+    for a in range(extent[0]):
+        row = expr_at(a, extent[1] - 1)
+        for b in reversed(range(extent[1] - 1)):
+            row = te.select(BinOp("==", pos[1], te.idx(b)), expr_at(a, b), row)
+        rows.append(row)
+    out = rows[-1]
+    for a in reversed(range(extent[0] - 1)):
+        out = te.select(BinOp("==", pos[0], te.idx(a)), rows[a], out)
+    return out
+
+
+def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
+    x, u = inputs
+    m = attrs["tile"]
+    alpha = m + 2
+    bt, _, at = (_MATRICES[m][0], None, _MATRICES[m][2])
+    pt, pl, _, _ = attrs["pads"]
+    n, icb, h, w, ib = x.shape
+    _, ocb, oh, ow, ob = out.shape
+    th, tw = _tiles(oh, ow, m)
+    xp = pad_tensor(x, (0, 0, pt, pl, 0), (0, 0, m * th + 2 - h - pt, m * tw + 2 - w - pl, 0), 0.0, name)
+
+    def input_transform(nn: Expr, c: Expr, p: Expr, e: Expr, nu: Expr, ci: Expr) -> Expr:
+        row = te.mul(BinOp("//", p, te.idx(tw)), te.idx(m))
+        col = te.mul(BinOp("%", p, te.idx(tw)), te.idx(m))
+
+        def at_position(a: int, b: int) -> Expr:
+            return _linear_combination(
+                [
+                    (bt[a][k] * bt[b][j], xp[nn, c, te.add(row, te.idx(k)), te.add(col, te.idx(j)), ci])
+                    for k in range(alpha)
+                    for j in range(alpha)
+                ]
+            )
+
+        return _by_position((e, nu), (alpha, alpha), at_position)
+
+    v = te.compute((n, icb, th * tw, alpha, alpha, ib), input_transform, f"{name}_input",
+                   tag="winograd_input", axis_names=["n", "cb", "p", "eps", "nu", "ci"],
+                   dtype=x.dtype)  # fmt: skip
+    rc, rci = te.reduce_axis(icb, "rcb"), te.reduce_axis(ib, "rci")
+
+    def product(nn: Expr, o: Expr, p: Expr, e: Expr, nu: Expr, oc: Expr) -> te.Reduce:
+        value = te.mul(v[nn, rc.var, p, e, nu, rci.var], u[e, nu, o, rc.var, rci.var, oc])
+        return te.reduce_sum(value, [rc, rci])
+
+    mm = te.compute((n, ocb, th * tw, alpha, alpha, ob), product, f"{name}_product", tag="anchor_winograd",
+                    axis_names=["n", "ocb", "p", "eps", "nu", "oc"], dtype=x.dtype)  # fmt: skip
+
+    def output_transform(nn: Expr, o: Expr, y: Expr, xx: Expr, oc: Expr) -> Expr:
+        p = te.add(te.mul(BinOp("//", y, te.idx(m)), te.idx(tw)), BinOp("//", xx, te.idx(m)))
+
+        def at_position(i: int, j: int) -> Expr:
+            return _linear_combination(
+                [
+                    (at[i][a] * at[j][b], mm[nn, o, p, te.idx(a), te.idx(b), oc])
+                    for a in range(alpha)
+                    for b in range(alpha)
+                ]
+            )
+
+        return _by_position((BinOp("%", y, te.idx(m)), BinOp("%", xx, te.idx(m))), (m, m), at_position)
+
+    return te.compute(out.shape, output_transform, name, tag="winograd_output",
+                      axis_names=["n", "ocb", "oh", "ow", "oc"], dtype=out.dtype)  # fmt: skip
+
+
+def _schedule(sch: Schedule, info: KernelInfo) -> None:
+    """Three nests: the input transform (one tile of every channel vector at a time, its positions
+    unrolled so each keeps only its own nonzero coefficients), the (alpha x alpha) matrix products
+    over channels with the register tile of a pointwise conv (channel blocks x tiles), and the
+    output transform computed straight into the kernel's output with the fused epilogue."""
+    base = info.anchor_block  # the op's own stage: the output transform
+    assert base is not None
+    product = f"{base}_product"
+    inp, pad = f"{base}_input", f"{base}_pad"
+    out = info.output_block
+    # the output transform is an injective read of the products: inline it into the epilogue
+    keep = (inp, pad) if pad in sch.blocks() else (inp,)
+    inline_injective(sch, info, keep=keep)
+    if base in sch.blocks() and base != out:
+        sch.compute_inline(base)
+    blk = block_of(sch, product)
+    extents = [iv.extent for iv in blk.iter_vars]
+    threads = sch.decide("parallel", [True, False], 2 * math.prod(extents) >= MIN_PARALLEL_FLOPS)
+    m = block_of(sch, inp).iter_vars[3].extent - 2  # alpha - 2
+
+    # input transform: (n, cb, p) outer, channel lanes vectorized, positions unrolled inside
+    ln, lcb, lp, le, lnu, lci = [f.var.name for f in root_loops(sch, inp)]
+    sch.reorder(ln, lcb, lp, lci, le, lnu)
+    outer = sch.fuse(ln, lcb, lp)
+    if threads:
+        sch.parallel(outer)
+    sch.vectorize(lci)
+    sch.unroll(le)
+    sch.unroll(lnu)
+    if pad in sch.blocks():
+        parallel_vectorize(sch, pad, info.target)
+
+    # products: per position, a pointwise conv over the tiles
+    ln, locb, lp, le, lnu, loc, lrc, lrci = [f.var.name for f in root_loops(sch, product)]
+    nb0, pt0 = register_tile(info.target, extents[1], extents[5], extents[2])
+    nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
+    options = [d for d in range(1, min(extents[2], 28) + 1) if extents[2] % d == 0]
+    pt = sch.decide("pt", options, pt0 if nb == nb0 else 1)
+    ocbo, ocbi = sch.split(locb, [None, nb])
+    po, pi = sch.split(lp, [None, pt])
+    sch.reorder(ln, le, lnu, ocbo, po, lrc, lrci, pi, ocbi, loc)
+    outer = sch.fuse(ln, le, lnu, ocbo)
+    if threads:
+        sch.parallel(outer)
+    sch.unroll(ocbi)
+    sch.unroll(pi)
+    sch.vectorize(loc)
+    sch.decompose_reduction(product, lrc)
+
+    # output transform (+ epilogue): one output tile of one channel vector at a time
+    ln, locb, loh, low, loc = [f.var.name for f in root_loops(sch, out)]
+    oho, ohi = sch.split(loh, [None, m])
+    owo, owi = sch.split(low, [None, m])
+    sch.reorder(ln, locb, oho, owo, loc, ohi, owi)
+    outer = sch.fuse(ln, locb, oho)
+    if threads:
+        sch.parallel(outer)
+    sch.vectorize(loc)
+    sch.unroll(ohi)
+    sch.unroll(owi)
+
+
+# conv2d_winograd_nchwc(x, transformed_weight), attrs: pads (top, left, bottom, right), tile
+register(
+    OpDef("conv2d_winograd_nchwc", Pattern.ANCHOR, _infer, _reference, compute=_compute, schedule=_schedule)
+)

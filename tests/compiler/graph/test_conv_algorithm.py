@@ -1,0 +1,132 @@
+"""The conv_algorithm pass: which blocked convs become Winograd, why the others stay direct, numerics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler.graph.passes import PassContext, alter_conv_layout, optional_passes, run_passes
+from compiler.graph.passes.conv_algorithm import algorithm_report, choose_conv_algorithm, tile_for, why_direct
+from compiler.ops.conv2d_blocked import pack_weight
+from compiler.ops.conv2d_winograd import matrices, transform_weight
+from compiler.ops.registry import get
+from tests.compiler.graph.graph_builders import CONV, call, const, graph, var
+from tests.compiler.graph.test_graph_passes import check_pass, ops
+
+B = 8
+
+
+def conv(x, cout: int, k: int = 3, name: str = "conv", **attrs):  # type: ignore[no-untyped-def]
+    a = {**CONV, "pads": (k // 2,) * 4, **attrs}
+    cin = x.type.shape[1] // a["groups"]
+    return call("conv2d", x, const(f"{name}.w", cout, cin, k, k), name=name, **a)
+
+
+def blocked(*outputs, inputs):  # type: ignore[no-untyped-def]
+    return alter_conv_layout(graph(inputs, *outputs), B)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_the_transforms_compute_a_correlation_exactly(m: int) -> None:
+    """Y = A^T [(G g G^T) * (B^T d B)] A is the 3x3 correlation of an (m+2)-wide tile, in exact
+    arithmetic: checked in float64 on random tiles."""
+    bt, g, at = matrices(m)
+    rng = np.random.default_rng(m)
+    d, w = rng.standard_normal((m + 2, m + 2)), rng.standard_normal((3, 3))
+    y = at @ ((g @ w @ g.T) * (bt @ d @ bt.T)) @ at.T
+    want = np.array([[np.sum(d[i : i + 3, j : j + 3] * w) for j in range(m)] for i in range(m)])
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_op_matches_a_direct_convolution_with_odd_sizes_and_asymmetric_pads() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 11, 13, B)).astype(np.float32)  # 24 channels in blocks of 8
+    w = rng.standard_normal((16, 24, 3, 3)).astype(np.float32)
+    pads = (1, 0, 2, 1)
+    direct = get("conv2d_nchwc").reference([x, pack_weight(w, B, B)], {**CONV, "pads": pads})
+    for m in (2, 4):
+        u = transform_weight(pack_weight(w, B, B), m)
+        assert u.shape == (m + 2, m + 2, 2, 3, B, B)
+        got = get("conv2d_winograd_nchwc").reference([x, u], {"pads": pads, "tile": m})
+        np.testing.assert_allclose(got, direct, rtol=1e-4, atol=1e-4)
+    assert direct.shape == (2, 2, 12, 12, B)
+
+
+def test_infer_names_what_does_not_match() -> None:
+    op = get("conv2d_winograd_nchwc")
+    x = var("x", 1, 4, 10, 10, B).type
+    u = var("u", 6, 6, 2, 4, B, B).type
+    assert op.infer([x, u], {"pads": (1, 1, 1, 1), "tile": 4}).shape == (1, 2, 10, 10, B)
+    with pytest.raises(Exception, match="tile must be one of"):
+        op.infer([x, u], {"pads": (1, 1, 1, 1), "tile": 3})
+    with pytest.raises(Exception, match="do not match"):
+        op.infer([x, var("u", 4, 4, 2, 4, B, B).type], {"pads": (1, 1, 1, 1), "tile": 4})
+    with pytest.raises(Exception, match="would be empty"):
+        op.infer([var("x", 1, 4, 1, 1, B).type, u], {"pads": (0, 0, 0, 0), "tile": 4})
+    with pytest.raises(Exception, match="needs a 3x3 filter"):
+        transform_weight(np.zeros((1, 1, 5, 5, B, B), np.float32), 4)
+
+
+def test_3x3_stride1_convs_with_enough_channels_become_winograd() -> None:
+    x = var("x", 1, 32, 16, 16)
+    y = call("relu", conv(x, 32, name="c1"), name="r1")
+    z = call("add", conv(y, 32, name="c2"), y, name="residual")
+    g = blocked(z, inputs=[x])
+    out = choose_conv_algorithm(g)
+    check_pass(g, out, atol=1e-3)
+    assert ops(out).count("conv2d_winograd_nchwc") == 2 and "conv2d_nchwc" not in ops(out)
+    u = [c.args[1] for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
+    assert [w.type.shape for w in u] == [(6, 6, 4, 4, B, B)] * 2
+    assert all(w.name.endswith(".winograd4") for w in u)
+    report = algorithm_report(out, ran=True)
+    assert report == {"winograd": {"c1": "F(4x4, 3x3)", "c2": "F(4x4, 3x3)"}, "direct": {}}
+
+
+def test_small_outputs_take_2x2_tiles() -> None:
+    x = var("x", 1, 32, 6, 6)
+    out = choose_conv_algorithm(blocked(conv(x, 32, name="c"), inputs=[x]))
+    (c,) = [c for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
+    assert c.attr("tile") == 2 == tile_for(c)
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda x: conv(x, 32, k=1), "its kernel is 1x1"),
+        (lambda x: conv(x, 32, strides=(2, 2)), "strided or dilated"),
+        (lambda x: conv(x, 32, dilations=(2, 2), pads=(2, 2, 2, 2)), "strided or dilated"),
+        (lambda x: conv(x, 32, groups=4), "grouped"),
+        (lambda x: conv(x, 16), "fewer than 32 input or output channels"),
+    ],
+)
+def test_other_convs_stay_direct_with_their_reason(make, reason: str) -> None:  # type: ignore[no-untyped-def]
+    x = var("x", 1, 32, 12, 12)
+    g = blocked(make(x), inputs=[x])
+    out = choose_conv_algorithm(g)
+    assert "conv2d_winograd_nchwc" not in ops(out)
+    (c,) = [c for c in out.calls() if c.op == "conv2d_nchwc"]
+    assert reason in (why_direct(c) or "")
+    assert reason in algorithm_report(out, ran=True)["direct"]["conv"]
+
+
+def test_a_stem_and_tiny_planes_stay_direct() -> None:
+    x = var("x", 1, 3, 12, 12)
+    g = blocked(conv(x, 32, name="stem"), inputs=[x])
+    (c,) = [c for c in g.calls() if c.op == "conv2d_nchwc"]
+    assert "a network's first conv" in (why_direct(c) or "")
+    x = var("x", 1, 32, 3, 3)
+    g = blocked(conv(x, 32, name="tiny"), inputs=[x])
+    (c,) = [c for c in g.calls() if c.op == "conv2d_nchwc"]
+    assert "smaller than 4x4" in (why_direct(c) or "")
+    assert why_direct(call("relu", x)) == "not a blocked conv2d"
+
+
+def test_the_pass_runs_after_layout_alteration_and_can_be_disabled() -> None:
+    x = var("x", 1, 32, 16, 16)
+    g = graph([x], conv(x, 32, name="c"))
+    _, ran = run_passes(g, 3, context=PassContext(channel_block=B))
+    assert ran.index("conv_algorithm") == ran.index("alter_layout") + 1
+    assert "conv_algorithm" in optional_passes()
+    _, ran = run_passes(g, 3, context=PassContext(channel_block=B), disabled={"conv_algorithm"})
+    assert "conv_algorithm" not in ran
+    assert algorithm_report(g, ran=False)["direct"] == {}
