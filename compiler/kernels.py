@@ -32,6 +32,8 @@ class ScheduleChoice:
 
     trace: Trace
     provenance: Mapping[str, Any]  # {"source": "record"|"override", "record_id": ..., ...}
+    # how long the kernel took alone with this schedule, when it was measured
+    seconds: float | None = None
 
 
 class ScheduleSource(Protocol):

@@ -11,7 +11,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,16 @@ class Frontier:
     groups: list[Call]  # fused calls that become kernels, in execution order
     workloads: dict[int, Workload]  # id(fused call) -> workload
     aliases: set[int]  # id(fused call) of pure reshapes (no kernel)
+    direct_convs: frozenset[str] = frozenset()  # convs kept direct because tuning measured them faster
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A Winograd kernel of a model and the direct kernel the same ONNX nodes make without it."""
+
+    call: Call  # the Winograd kernel's fused call
+    twin_call: Call  # the direct kernel's fused call (in a frontier built without conv_algorithm)
+    twin: Workload
 
 
 @dataclass
@@ -100,7 +110,9 @@ def _is_alias(call: Call) -> bool:
     return all(n.op == "reshape" for n in group.body.calls())
 
 
-def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
+def build_frontier(
+    model: ModelInput, options: CompileOptions, direct_convs: frozenset[str] = frozenset()
+) -> Frontier:
     target = parse_target(options.target)
     # parse, check, convert to a native opset, bind shapes, fold shape subgraphs
     imported = import_model(
@@ -108,7 +120,7 @@ def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
     )
     graph = imported.graph
     seen: list[Graph] = [graph]
-    context = PassContext(channel_block=target.lanes("float32"))
+    context = PassContext(channel_block=target.lanes("float32"), direct_convs=direct_convs)
     fused, passes = run_passes(
         graph, options.opt_level, lambda _, g: seen.append(g), context, options.disabled_passes
     )  # the graph passes, then the partition into kernels
@@ -132,7 +144,59 @@ def build_frontier(model: ModelInput, options: CompileOptions) -> Frontier:
         consts = frozenset(k for k, a in enumerate(node.args) if a.__class__.__name__ == "Const")
         workloads[id(node)] = lower_group(group, name, target, consts)  # compute defs -> naive TIR
         groups.append(node)
-    return Frontier(target, imported.opset, graph, optimized, passes, fused, groups, workloads, aliases)
+    return Frontier(
+        target, imported.opset, graph, optimized, passes, fused, groups, workloads, aliases, direct_convs
+    )
+
+
+def winograd_alternatives(model: ModelInput, options: CompileOptions, fr: Frontier) -> list[Alternative]:
+    """Each Winograd kernel of `fr` with its direct twin: the kernel its ONNX nodes make when the
+    conv_algorithm pass does not run (the tuner tunes both; compile keeps the faster)."""
+    wino = [c for c in fr.groups if fr.workloads[id(c)].anchor_op == "conv2d_winograd_nchwc"]
+    if not wino:
+        return []
+    direct = build_frontier(
+        model, replace(options, disabled_passes=options.disabled_passes | {"conv_algorithm"})
+    )
+    by_nodes = {frozenset(direct.workloads[id(c)].nodes): c for c in direct.groups}
+    out = []
+    for c in wino:
+        twin = by_nodes.get(frozenset(fr.workloads[id(c)].nodes))
+        if twin is not None and direct.workloads[id(twin)].anchor_op == "conv2d_nchwc":
+            out.append(Alternative(c, twin, direct.workloads[id(twin)]))
+    return out
+
+
+def measured_direct(
+    model: ModelInput, options: CompileOptions, fr: Frontier, schedules: ScheduleSource | None
+) -> frozenset[str]:
+    """The Winograd convs of `fr` whose direct twin's tuned schedule measured faster than their own
+    (both timed alone): the rule picks the algorithm, measurements overrule it."""
+    if schedules is None:
+        return frozenset()
+    timed: dict[str, float] = {}  # Winograd workloads with a measured record
+    for c in fr.groups:
+        w = fr.workloads[id(c)]
+        if w.anchor_op == "conv2d_winograd_nchwc" and w.key not in timed:
+            mine = schedules.lookup(w.key, fr.target.key)
+            if mine is not None and mine.seconds is not None:
+                timed[w.key] = mine.seconds
+    if not timed:  # nothing to compare with: no need to build the direct twins
+        return frozenset()
+    faster = set()
+    for alt in winograd_alternatives(model, options, fr):
+        own = timed.get(fr.workloads[id(alt.call)].key)
+        other = schedules.lookup(alt.twin.key, fr.target.key)
+        if own is not None and other is not None and other.seconds is not None and other.seconds < own:
+            faster.add(alt.call.attr("group").anchor.name)
+    return frozenset(faster)
+
+
+def frontier_for(model: ModelInput, options: CompileOptions, schedules: ScheduleSource | None) -> Frontier:
+    """What compile builds: the passes' rules, then a conv measured faster direct kept direct."""
+    fr = build_frontier(model, options)
+    forced = measured_direct(model, options, fr, schedules)
+    return build_frontier(model, options, forced) if forced else fr
 
 
 def _choice_for(
@@ -151,7 +215,7 @@ def compile_model(
 ) -> CompiledModel:
     options = options or CompileOptions()
     t0 = time.perf_counter()
-    fr = build_frontier(model, options)
+    fr = frontier_for(model, options, schedules)
     t1 = time.perf_counter()
     kernels = build_kernels(
         [
@@ -200,7 +264,7 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
         # what alter_layout decided: the channel block, blocked convs, why the others stayed NCHW
         "layout": layout_report(fr.optimized, fr.target.lanes("float32"), "alter_layout" in fr.passes),
         # which blocked convs run as Winograd, and why the others stay direct
-        "conv_algorithms": algorithm_report(fr.optimized, "conv_algorithm" in fr.passes),
+        "conv_algorithms": algorithm_report(fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs),
         "inputs": [
             {"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs
         ],
@@ -251,7 +315,7 @@ def inspect_model(
     options = options or CompileOptions()
     if stage not in STAGES:
         raise CompilerError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
-    fr = build_frontier(model, options)
+    fr = frontier_for(model, options, schedules)
     if stage == "graph":
         return print_graph(fr.graph)
     if stage == "optimized":

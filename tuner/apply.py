@@ -27,6 +27,7 @@ def _choice(rec: TuningRecord, source: str) -> ScheduleChoice:
             "date": rec.created.isoformat(timespec="seconds"),
             "temper_version": rec.temper_version,
         },
+        rec.seconds,  # timed alone, as every candidate is: comparable across workloads
     )
 
 

@@ -20,8 +20,15 @@ class TaskScheduler:
         self.gain: dict[str, float] = {s.task.key: 1.0 for s in self.states}
 
     def estimated_latency(self) -> float:
-        """Model latency if every kernel ran at its task's best time (inf until all measured)."""
-        return sum(s.task.weight * s.best_secs for s in self.states)
+        """Model latency if every kernel ran at its task's best time (inf until all measured); a
+        Winograd kernel counts at the better of its own and its direct alternative's best time,
+        the one that compile keeps."""
+        alternative = {s.task.alternative_of: s.best_secs for s in self.states if s.task.alternative_of}
+        return sum(
+            s.task.weight * min(s.best_secs, alternative.get(s.task.key, float("inf")))
+            for s in self.states
+            if s.task.alternative_of is None
+        )
 
     def record_round(self, state: TaskState, before: float) -> None:
         after = state.best_secs

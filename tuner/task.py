@@ -10,20 +10,23 @@ import numpy as np
 
 from compiler.graph.interpret import run_graph
 from compiler.kernels import Workload
-from compiler.pipeline import CompileOptions, ModelInput, build_frontier
+from compiler.pipeline import CompileOptions, ModelInput, build_frontier, winograd_alternatives
 from compiler.planner import pack_constant
 
 
 @dataclass(frozen=True)
 class Task:
     """One workload to tune. `weight` = how many kernels of the model share it; `group` is the fused
-    graph it came from (the reference the measured candidates are checked against)."""
+    graph it came from (the reference the measured candidates are checked against). A task with
+    `alternative_of` is not in the compiled model: it is the direct kernel of a Winograd task (that
+    key), tuned so that compile can keep whichever of the two measured faster."""
 
     name: str
     workload: Workload
     group: Any  # compiler.graph.passes.fuse.Group
     weight: int
     flops: int
+    alternative_of: str | None = None
 
     @property
     def key(self) -> str:
@@ -66,3 +69,22 @@ def extract_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
         if w.key not in by_key:
             by_key[w.key] = Task(w.func.name, w, call.attr("group"), 1, w.flops)
     return [Task(t.name, t.workload, t.group, counts[k], t.flops) for k, t in by_key.items()]
+
+
+def alternative_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
+    """The direct twins of the model's Winograd kernels (compiler.pipeline.winograd_alternatives),
+    one task per distinct workload, weighted like the Winograd task each replaces."""
+    fr = build_frontier(model, options)
+    counts: dict[str, int] = {}
+    for call in fr.groups:
+        key = fr.workloads[id(call)].key
+        counts[key] = counts.get(key, 0) + 1
+    by_key: dict[str, Task] = {}
+    for alt in winograd_alternatives(model, options, fr):
+        if alt.twin.key not in by_key:
+            mine = fr.workloads[id(alt.call)].key
+            group = alt.twin_call.attr("group")
+            by_key[alt.twin.key] = Task(
+                alt.twin.func.name, alt.twin, group, counts[mine], alt.twin.flops, mine
+            )
+    return list(by_key.values())

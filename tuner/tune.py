@@ -24,7 +24,7 @@ from tuner.records import Database, TuningRecord, WorkloadEntry
 from tuner.scheduler import TaskScheduler
 from tuner.search import TaskState, propose
 from tuner.space import default_trace
-from tuner.task import Task, extract_tasks
+from tuner.task import Task, alternative_tasks, extract_tasks
 from tuner.workloads import describe, rebuild
 
 
@@ -130,6 +130,7 @@ def tune(
 
     target = parse_target(options.target)
     tasks = extract_tasks(model, options)
+    tasks += alternative_tasks(model, options)  # Winograd convs' direct twins: measured, not assumed
     builder = builder or LocalBuilder(target=target)
     runner = runner or LocalRunner()
     cost_model = cost_model or XGBoostModel(seed=topts.seed)
@@ -245,8 +246,9 @@ def tune(
         phase = "confirm"
         if on_progress:
             on_progress(snapshot())
+        in_model = [t for t in tasks if t.alternative_of is None]  # only these run in the model
         confirmation = _confirm(
-            model, options, db, tasks, target, getattr(runner, "executor", None), should_stop
+            model, options, db, in_model, target, getattr(runner, "executor", None), should_stop
         )
     final = snapshot(finished=True)
     if on_progress:

@@ -94,3 +94,51 @@ def test_the_manifest_says_what_the_layout_pass_decided() -> None:
     assert on["blocked_convs"] == 1 and on["layout_transforms"] == 2 and on["planar_convs"] == {}
     off = compile_model(model.SerializeToString(), CompileOptions(disabled_passes={"alter_layout"}))
     assert "did not run" in next(iter(off.manifest["layout"]["planar_convs"].values()))
+
+
+class _Timed:
+    """A schedule source with records of given times (the default schedules, as a tuner stores
+    them when nothing beat them)."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+        self.traces: dict[str, object] = {}
+
+    def lookup(self, workload_key: str, target_key: str):  # type: ignore[no-untyped-def]
+        from compiler.kernels import ScheduleChoice
+
+        if workload_key not in self.seconds:
+            return None
+        provenance = {"source": "record", "record_id": 1, "measured_s": self.seconds[workload_key]}
+        return ScheduleChoice(self.traces[workload_key], provenance, self.seconds[workload_key])  # type: ignore[arg-type]
+
+
+def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
+    from compiler.kernels import default_schedule
+    from compiler.pipeline import build_frontier, winograd_alternatives
+    from tests.compiler.frontend.onnx_check import single_op
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 32, 12, 12)).astype(np.float32)
+    w = (rng.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
+    model, _ = single_op("Conv", {"x": x}, {"w": w}, pads=[1, 1, 1, 1])
+    data = model.SerializeToString()
+    fr = build_frontier(data, CompileOptions())
+    (alt,) = winograd_alternatives(data, CompileOptions(), fr)
+    wino = fr.workloads[id(alt.call)]
+    assert wino.anchor_op == "conv2d_winograd_nchwc" and alt.twin.anchor_op == "conv2d_nchwc"
+    assert set(wino.nodes) == set(alt.twin.nodes)
+    for direct_s, winograd_s, expect in ((1e-4, 2e-4, "direct"), (3e-4, 2e-4, "winograd")):
+        source = _Timed({alt.twin.key: direct_s, wino.key: winograd_s})
+        source.traces = {k.key: default_schedule(k)[0].trace for k in (alt.twin, wino)}
+        compiled = compile_model(data, CompileOptions(), source)
+        algorithms = compiled.manifest["conv_algorithms"]
+        assert len(algorithms[expect]) == 1 and not algorithms["winograd" if expect == "direct" else "direct"]
+        if expect == "direct":
+            assert "measured its direct kernel faster" in next(iter(algorithms["direct"].values()))
+        used = {k["workload_key"]: k["schedule"]["source"] for k in compiled.manifest["kernels"]}
+        assert used[alt.twin.key if expect == "direct" else wino.key] == "record"
+    # without measurements of both, the rule stands
+    only_one = _Timed({alt.twin.key: 1e-6})
+    only_one.traces = {alt.twin.key: default_schedule(alt.twin)[0].trace}
+    assert compile_model(data, CompileOptions(), only_one).manifest["conv_algorithms"]["winograd"]

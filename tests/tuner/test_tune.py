@@ -186,3 +186,52 @@ def test_second_model_warm_starts_from_the_first_models_records(tmp_path: Path) 
     model = XGBoostModel(min_samples=4)
     assert warm_start(model, db, other, host_target()) == 10
     assert model.trained
+
+
+def winograd_model(c: int = 32, hw: int = 12) -> onnx.ModelProto:
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    shape = [1, c, hw, hw]
+    graph = helper.make_graph(
+        nodes,
+        "winograd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_winograd_conv_and_its_direct_twin_are_both_tuned_and_the_faster_is_kept(tmp_path: Path) -> None:
+    model = winograd_model().SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    final = tune(model, CompileOptions(), db, TuneOptions(trials=16, batch=4, confirm=False))
+    names = [t.name for t in final.tasks]
+    wino = next(t for t in final.tasks if "winograd" in t.name)
+    direct = next(t for t in final.tasks if "conv2d_nchwc" in t.name)
+    assert len(names) == 4, names  # two layout transforms, the Winograd conv, its direct twin
+    target = host_target().key
+    assert db.records(wino.key, target) and db.records(direct.key, target)
+    # the estimate counts the conv once, at the better of the two
+    others = sum(t.weight * t.best_secs for t in final.tasks if t.key not in (wino.key, direct.key))
+    assert final.estimated_latency_s == pytest.approx(others + min(wino.best_secs, direct.best_secs))
+    compiled = compile_model(model, CompileOptions(), DatabaseSource(db))
+    algorithms = compiled.manifest["conv_algorithms"]
+    if direct.best_secs < wino.best_secs:
+        assert algorithms["direct"] == {
+            "conv": "tuning measured its direct kernel faster than its Winograd kernel"
+        }
+        assert any(k["workload_key"] == direct.key for k in compiled.manifest["kernels"])
+    else:
+        assert algorithms["winograd"] == {"conv": "F(4x4, 3x3)"}
+        assert any(k["workload_key"] == wino.key for k in compiled.manifest["kernels"])
+    x = np.random.default_rng(1).standard_normal((1, 32, 12, 12)).astype(np.float32)
+    path = tmp_path / "m.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run({"x": x})["y"]
+    want = ort.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -28,6 +28,8 @@ class PassContext:
 
     # channels per block of the NCHW{b}c layout: the target's float32 vector lanes (0 or 1: none)
     channel_block: int = 0
+    # convs (node names) that stay direct whatever the rule says: tuning measured them faster so
+    direct_convs: frozenset[str] = frozenset()
 
 
 Pass = Callable[[Graph, PassContext], Graph]
@@ -50,6 +52,10 @@ def alter_layout(graph: Graph, ctx: PassContext) -> Graph:
     return alter_conv_layout(graph, ctx.channel_block)
 
 
+def conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:
+    return choose_conv_algorithm(graph, ctx.direct_convs)
+
+
 _LEVEL_0: list[tuple[str, Pass]] = [
     ("one_kernel_per_op", _plain(one_kernel_per_op)),  # what compiling needs: every op becomes one kernel
 ]
@@ -64,7 +70,7 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
     ("alter_layout", alter_layout),
     # 3x3 stride-1 blocked convs with enough channels -> Winograd F(4x4 or 2x2, 3x3), weights transformed
-    ("conv_algorithm", _plain(choose_conv_algorithm)),
+    ("conv_algorithm", conv_algorithm),
     # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
     # reshapes this leaves between two such layers cancel out
     ("pointwise_conv_to_matmul", _plain(pointwise_conv_to_matmul)),

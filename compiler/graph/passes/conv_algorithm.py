@@ -8,6 +8,8 @@ round trip of the transformed tiles through memory. So the rule wants many chann
 transform and enough tiles to amortize that round trip; below that the direct conv stays.
 
 Every rule states its reason (`why_direct`), recorded in the manifest's `conv_algorithms` entry.
+The rule is a default: when tuning has measured both kernels of a conv (its Winograd kernel and the
+direct one it replaces), the compiler keeps the faster (compiler/pipeline.py, `measured_direct`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ MIN_CHANNELS = 32
 # waste on small planes, fewer savings)
 MIN_SIZE_TILE4 = 8
 MIN_OUTPUT = 4
+MEASURED_FASTER = "tuning measured its direct kernel faster than its Winograd kernel"
 
 
-def why_direct(call: Call) -> str | None:
-    """None when this conv2d_nchwc can run as Winograd, else why it stays direct."""
+def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | None:
+    """None when this conv2d_nchwc can run as Winograd, else why it stays direct (`keep_direct`:
+    the convs that tuning measured faster direct)."""
     if call.op != "conv2d_nchwc":
         return "not a blocked conv2d"
     w = call.args[1]
@@ -44,6 +48,8 @@ def why_direct(call: Call) -> str | None:
     oh, ow = call.type.shape[2], call.type.shape[3]
     if min(oh, ow) < MIN_OUTPUT:
         return f"its output ({oh}x{ow}) is smaller than {MIN_OUTPUT}x{MIN_OUTPUT}"
+    if call.name in keep_direct:
+        return MEASURED_FASTER
     return None
 
 
@@ -52,9 +58,10 @@ def tile_for(call: Call) -> int:
     return 4 if min(oh, ow) >= MIN_SIZE_TILE4 else 2
 
 
-def choose_conv_algorithm(graph: Graph) -> Graph:
-    """Rewrite every conv2d_nchwc the rule admits into conv2d_winograd_nchwc (weights transformed)."""
-    if not any(why_direct(c) is None for c in graph.calls()):
+def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset()) -> Graph:
+    """Rewrite every conv2d_nchwc the rule admits into conv2d_winograd_nchwc (weights transformed),
+    but those named in `keep_direct`."""
+    if not any(why_direct(c, keep_direct) is None for c in graph.calls()):
         return graph
     made: dict[int, Expr] = {}
 
@@ -65,7 +72,7 @@ def choose_conv_algorithm(graph: Graph) -> Graph:
         if not isinstance(node, Call):
             continue
         args = tuple(rebuilt(a) for a in node.args)
-        if why_direct(node) is None:
+        if why_direct(node, keep_direct) is None:
             w = node.args[1]
             assert isinstance(w, Const)
             m = tile_for(node)
@@ -77,12 +84,14 @@ def choose_conv_algorithm(graph: Graph) -> Graph:
     return graph.with_outputs(tuple(rebuilt(o) for o in graph.outputs))
 
 
-def algorithm_report(optimized: Graph, ran: bool) -> dict[str, object]:
+def algorithm_report(
+    optimized: Graph, ran: bool, keep_direct: frozenset[str] = frozenset()
+) -> dict[str, object]:
     """For the manifest: which blocked convs run as Winograd (with their tile) and why the others
     stay direct."""
     winograd = {c.name: f"F({c.attr('tile')}x{c.attr('tile')}, 3x3)" for c in optimized.calls()
                 if c.op == "conv2d_winograd_nchwc"}  # fmt: skip
     not_run = "the conv_algorithm pass did not run (opt level or disabled)"
     blocked = [c for c in optimized.calls() if c.op == "conv2d_nchwc"]
-    direct = {c.name: (why_direct(c) if ran else None) or not_run for c in blocked}
+    direct = {c.name: (why_direct(c, keep_direct) if ran else None) or not_run for c in blocked}
     return {"winograd": winograd, "direct": direct}
