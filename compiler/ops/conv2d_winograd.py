@@ -47,8 +47,9 @@ KERNEL = 3  # the filter size these transforms are for
 TILES = (2, 4)  # supported output tile sizes m
 
 _F = Fraction
-# (B^T, G, A^T) of F(m x m, 3 x 3) for interpolation points 0, 1, -1 (m = 2) and 0, 1, -1, 2, -2
-# (m = 4), the last row of each being the point at infinity (Lavin & Gray, 2015)
+# (B^T, G, A^T) of F(m x m, 3 x 3) for the interpolation points 0, 1, -1 (m = 2) and 0, 1, -1, 1/2,
+# -2 (m = 4), and the point at infinity (the last row of each): Toom-Cook as in Lavin & Gray (2015).
+# The points of F(4x4) are chosen for rounding: they lose less to float32 than 0, +-1, +-2 (the usual).
 _MATRICES: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
     2: (
         [[_F(x) for x in r] for r in ([1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1])],
@@ -62,28 +63,33 @@ _MATRICES: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list
         [
             [_F(x) for x in r]
             for r in (
-                [4, 0, -5, 0, 1, 0],
-                [0, -4, -4, 1, 1, 0],
-                [0, 4, -4, -1, 1, 0],
-                [0, -2, -1, 2, 1, 0],
-                [0, 2, -1, -2, 1, 0],
-                [0, 4, 0, -5, 0, 1],
+                ["1", "-3/2", "-2", "3/2", "1", "0"],
+                ["0", "-1", "1/2", "5/2", "1", "0"],
+                ["0", "1", "-5/2", "1/2", "1", "0"],
+                ["0", "-2", "-1", "2", "1", "0"],
+                ["0", "1/2", "-1", "-1/2", "1", "0"],
+                ["0", "1", "-3/2", "-2", "3/2", "1"],
             )
         ],
         [
             [_F(x) for x in r]
             for r in (
-                ["1/4", "0", "0"],
-                ["-1/6", "-1/6", "-1/6"],
-                ["-1/6", "1/6", "-1/6"],
-                ["1/24", "1/12", "1/6"],
-                ["1/24", "-1/12", "1/6"],
+                ["1", "0", "0"],
+                ["1/3", "1/3", "1/3"],
+                ["-1/3", "1/3", "-1/3"],
+                ["-16/15", "-8/15", "-4/15"],
+                ["1/15", "-2/15", "4/15"],
                 ["0", "0", "1"],
             )
         ],
         [
             [_F(x) for x in r]
-            for r in ([1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1])
+            for r in (
+                ["1", "1", "1", "1", "1", "0"],
+                ["0", "1", "-1", "1/2", "-2", "0"],
+                ["0", "1", "1", "1/4", "4", "0"],
+                ["0", "1", "-1", "1/8", "-8", "1"],
+            )
         ],
     ),
 }

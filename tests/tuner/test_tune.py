@@ -227,7 +227,7 @@ def test_a_winograd_conv_and_its_direct_twin_are_both_tuned_and_the_faster_is_ke
         }
         assert any(k["workload_key"] == direct.key for k in compiled.manifest["kernels"])
     else:
-        assert algorithms["winograd"] == {"conv": "F(4x4, 3x3)"}
+        assert list(algorithms["winograd"]) == ["conv"]
         assert any(k["workload_key"] == wino.key for k in compiled.manifest["kernels"])
     x = np.random.default_rng(1).standard_normal((1, 32, 12, 12)).astype(np.float32)
     path = tmp_path / "m.temper"

@@ -48,11 +48,12 @@ def fuse_ops(graph: Graph) -> Graph:
     return partition(graph, fuse=True)
 
 
-def alter_layout(graph: Graph, ctx: PassContext) -> Graph:
+# (named apart from their modules, which a package attribute of the same name would hide)
+def _alter_layout(graph: Graph, ctx: PassContext) -> Graph:
     return alter_conv_layout(graph, ctx.channel_block)
 
 
-def conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:
+def _conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:
     return choose_conv_algorithm(graph, ctx.direct_convs)
 
 
@@ -68,9 +69,9 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     ("simplify", _plain(simplify)),  # drop no-op reshapes/casts/x*1/x+0, merge reshape and transpose chains
     ("fold_batch_norm", _plain(fold_batch_norm)),  # BN scales conv/matmul weights; the rest become mul + add
     # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
-    ("alter_layout", alter_layout),
+    ("alter_layout", _alter_layout),
     # 3x3 stride-1 blocked convs with enough channels -> Winograd F(4x4 or 2x2, 3x3), weights transformed
-    ("conv_algorithm", conv_algorithm),
+    ("conv_algorithm", _conv_algorithm),
     # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
     # reshapes this leaves between two such layers cancel out
     ("pointwise_conv_to_matmul", _plain(pointwise_conv_to_matmul)),

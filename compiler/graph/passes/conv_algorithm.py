@@ -20,8 +20,12 @@ from compiler.ops.conv2d_winograd import KERNEL, transform_weight
 # channels on each side below which the tile transforms cost more than the multiplications saved
 MIN_CHANNELS = 32
 # output tiles of 4x4 need at least this output size on each side (else 2x2 tiles: less padding
-# waste on small planes, fewer savings)
+# waste on small planes, fewer savings) ...
 MIN_SIZE_TILE4 = 8
+# ... and this many input channels: F(4x4) rounds several times worse than a direct sum (F(2x2) about
+# as well), which deep networks compound; it is kept to the convs where its savings over F(2x2) are
+# largest, those with long sums over channels
+MIN_CHANNELS_TILE4 = 128
 MIN_OUTPUT = 4
 MEASURED_FASTER = "tuning measured its direct kernel faster than its Winograd kernel"
 
@@ -54,8 +58,10 @@ def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | N
 
 
 def tile_for(call: Call) -> int:
+    """The output tile m of F(m x m, 3 x 3) for a conv the rule admits."""
     oh, ow = call.type.shape[2], call.type.shape[3]
-    return 4 if min(oh, ow) >= MIN_SIZE_TILE4 else 2
+    _, icb, _, _, ib, _ = call.args[1].type.shape
+    return 4 if min(oh, ow) >= MIN_SIZE_TILE4 and icb * ib >= MIN_CHANNELS_TILE4 else 2
 
 
 def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset()) -> Graph:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from compiler.graph.passes import PassContext, alter_conv_layout, optional_passes, run_passes
-from compiler.graph.passes.conv_algorithm import algorithm_report, choose_conv_algorithm, tile_for, why_direct
+from compiler.graph.passes.conv_algorithm import algorithm_report, choose_conv_algorithm, why_direct
 from compiler.ops.conv2d_blocked import pack_weight
 from compiler.ops.conv2d_winograd import matrices, transform_weight
 from compiler.ops.registry import get
@@ -68,25 +68,27 @@ def test_infer_names_what_does_not_match() -> None:
 
 
 def test_3x3_stride1_convs_with_enough_channels_become_winograd() -> None:
-    x = var("x", 1, 32, 16, 16)
-    y = call("relu", conv(x, 32, name="c1"), name="r1")
-    z = call("add", conv(y, 32, name="c2"), y, name="residual")
+    x = var("x", 1, 128, 16, 16)
+    y = call("relu", conv(x, 128, name="c1"), name="r1")
+    z = call("add", conv(y, 128, name="c2"), y, name="residual")
     g = blocked(z, inputs=[x])
     out = choose_conv_algorithm(g)
     check_pass(g, out, atol=1e-3)
     assert ops(out).count("conv2d_winograd_nchwc") == 2 and "conv2d_nchwc" not in ops(out)
     u = [c.args[1] for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
-    assert [w.type.shape for w in u] == [(6, 6, 4, 4, B, B)] * 2
+    assert [w.type.shape for w in u] == [(6, 6, 16, 16, B, B)] * 2
     assert all(w.name.endswith(".winograd4") for w in u)
     report = algorithm_report(out, ran=True)
     assert report == {"winograd": {"c1": "F(4x4, 3x3)", "c2": "F(4x4, 3x3)"}, "direct": {}}
 
 
-def test_small_outputs_take_2x2_tiles() -> None:
-    x = var("x", 1, 32, 6, 6)
+@pytest.mark.parametrize(("channels", "size"), [(128, 6), (64, 16)])
+def test_small_outputs_and_short_channel_sums_take_2x2_tiles(channels: int, size: int) -> None:
+    x = var("x", 1, channels, size, size)
     out = choose_conv_algorithm(blocked(conv(x, 32, name="c"), inputs=[x]))
     (c,) = [c for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
-    assert c.attr("tile") == 2 == tile_for(c)
+    assert c.attr("tile") == 2
+    assert algorithm_report(out, ran=True)["winograd"] == {"c": "F(2x2, 3x3)"}
 
 
 @pytest.mark.parametrize(
