@@ -42,6 +42,29 @@ _AVX2 = {
 _SSE = {"x86-64", "x86-64-v2", "nehalem", "westmere", "sandybridge", "ivybridge", "core2"}
 KNOWN_CPUS = sorted(_AVX512 | _AVX2 | _SSE)
 
+# LLVM x86 features whose instructions a kernel may contain, as Linux's /proc/cpuinfo names them
+# (the runtime checks these before loading: code for a missing one dies of SIGILL)
+_CPUINFO_NAMES = {
+    **{f: f for f in ("sse", "sse2", "ssse3", "avx", "avx2", "fma", "f16c", "bmi2", "popcnt", "movbe")},
+    **{f: f for f in ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512ifma")},
+    **{f: f for f in ("avx512vbmi", "gfni", "vaes", "vpclmulqdq")},
+    **{f: f"avx512_{f[6:]}" for f in ("avx512vbmi2", "avx512vnni", "avx512bitalg", "avx512vpopcntdq")},
+    **{f: f"avx512_{f[6:]}" for f in ("avx512bf16", "avx512fp16")},
+    "avxvnni": "avx_vnni",
+    "sse3": "pni",
+    "sse4.1": "sse4_1",
+    "sse4.2": "sse4_2",
+    "bmi": "bmi1",
+    "lzcnt": "abm",
+}
+# what a CPU named by --target implies at least (the check for named targets; host targets list
+# every feature of the compiling CPU)
+_NAMED_FEATURES = {
+    512: ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
+    256: ("sse4_2", "avx", "avx2", "fma"),
+    128: ("sse2",),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -66,11 +89,22 @@ class Target:
         """Architectural vector registers a register tile may use (AVX-512 doubles them)."""
         return 32 if self.vector_bits >= 512 else 16
 
+    @property
+    def required_features(self) -> list[str]:
+        """CPU features (as /proc/cpuinfo names them) a machine needs to run code for this target."""
+        if not self.triple.startswith(("x86_64", "i686", "i386")):
+            return []
+        if not self.features:  # a named CPU: its defaults
+            return sorted(_NAMED_FEATURES[self.vector_bits])
+        enabled = (f[1:] for f in self.features.split(",") if f.startswith("+"))
+        return sorted({_CPUINFO_NAMES[f] for f in enabled if f in _CPUINFO_NAMES})
+
     def to_json(self) -> dict[str, object]:
         return {
             "triple": self.triple,
             "cpu": self.cpu,
             "features": self.features,
+            "required_features": self.required_features,
             "vector_width": self.vector_bits,
             "cores": self.cores,
             "key": self.key,

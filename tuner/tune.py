@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.errors import ScheduleError
+from compiler.errors import CompilerError, ScheduleError
 from compiler.pipeline import CompileOptions, ModelInput
+from compiler.runtime.module import missing_features
 from compiler.target import Target, parse_target
 from compiler.tir.trace import Trace, replay
 from compiler.version import __version__
@@ -129,6 +130,13 @@ def tune(
     from tuner.measure import LocalBuilder, LocalRunner, MeasureInput, measure
 
     target = parse_target(options.target)
+    local = runner is None or isinstance(runner, LocalRunner)  # a Dask runner may time elsewhere
+    missing = missing_features(target.to_json()) if local else []
+    if missing:  # every candidate would die of SIGILL here
+        raise CompilerError(
+            f"cannot tune for target {target.cpu!r} on this machine: it lacks the CPU features "
+            f"{', '.join(missing)} that code for it uses; tune on a machine that has them, or --target host"
+        )
     tasks = extract_tasks(model, options)
     tasks += alternative_tasks(model, options)  # Winograd convs' direct twins: measured, not assumed
     builder = builder or LocalBuilder(target=target)

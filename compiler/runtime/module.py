@@ -46,6 +46,38 @@ def _check_arch(target: Mapping[str, Any]) -> None:
         raise ArtifactError(f"the artifact was compiled for {triple}; this machine is {here}")
 
 
+def cpu_flags() -> frozenset[str] | None:
+    """The running CPU's feature flags as Linux lists them (None where /proc/cpuinfo says nothing)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        return None
+    return None
+
+
+def missing_features(target: Mapping[str, Any]) -> list[str]:
+    """The features a manifest's target requires that this CPU lacks (none when unknowable)."""
+    flags = cpu_flags()
+    required = target.get("required_features") or []
+    if flags is None or not isinstance(required, list):
+        return []
+    return [str(f) for f in required if str(f) not in flags]
+
+
+def _check_features(target: Mapping[str, Any]) -> None:
+    """Refuse code this CPU cannot run: it would die of SIGILL, taking the process with it."""
+    missing = missing_features(target)
+    if missing:
+        raise ArtifactError(
+            f"the artifact was compiled for {target.get('cpu', '?')} and needs CPU features this machine "
+            f"lacks: {', '.join(missing)}; recompile it for this machine (--target host)"
+        )
+
+
 def _open_library(library: bytes) -> ctypes.CDLL:
     """dlopen lib.so from a private temp dir, removed right away (the mapping outlives the file)."""
     directory = tempfile.mkdtemp(prefix="temper-lib-")
@@ -124,6 +156,7 @@ class Module:
     def __init__(self, contents: Contents) -> None:
         plan = contents.plan
         _check_arch(contents.manifest["target"])
+        _check_features(contents.manifest["target"])
         self._manifest = contents.manifest
         self._sha256 = contents.sha256
         self._inputs = contents.inputs

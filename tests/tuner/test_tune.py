@@ -235,3 +235,17 @@ def test_a_winograd_conv_and_its_direct_twin_are_both_tuned_and_the_faster_is_ke
     got = compiler.runtime.load(path).run({"x": x})["y"]
     want = ort.InferenceSession(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_tuning_for_a_cpu_this_machine_cannot_run_is_refused_up_front(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.tune
+    from compiler.errors import CompilerError
+
+    # this machine's CPU as one without AVX-512 (the check reads /proc/cpuinfo)
+    monkeypatch.setattr(tuner.tune, "missing_features", lambda target: ["avx512f", "avx512bw"])
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    model = winograd_model().SerializeToString()
+    with pytest.raises(CompilerError, match="lacks the CPU features avx512f, avx512bw"):
+        tune(model, CompileOptions(target="skylake-avx512"), db, TuneOptions(trials=2))

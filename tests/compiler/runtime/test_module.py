@@ -191,3 +191,23 @@ def test_runtime_needs_no_compiler_packages(artifact: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "(3, 2)"
+
+
+def test_artifact_needing_cpu_features_this_machine_lacks_is_refused(tmp_path: Path, parts: dict) -> None:
+    parts["manifest"]["target"]["required_features"] = ["sse2", "temper_imaginary_isa"]
+    path = tmp_path / "future.temper"
+    write_artifact(path, **parts)
+    with pytest.raises(ArtifactError, match="needs CPU features this machine lacks: temper_imaginary_isa"):
+        load(path)
+
+
+def test_the_required_features_of_targets() -> None:
+    from compiler.runtime.module import cpu_flags, missing_features
+    from compiler.target import parse_target
+
+    assert parse_target("haswell").required_features == ["avx", "avx2", "fma", "sse4_2"]
+    assert "avx512f" in parse_target("skylake-avx512").required_features
+    host = parse_target("host")
+    assert host.to_json()["required_features"] == host.required_features
+    if cpu_flags() is not None:  # Linux: everything the compiling CPU has is listed, and present
+        assert host.required_features and missing_features(host.to_json()) == []
