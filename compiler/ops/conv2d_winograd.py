@@ -28,7 +28,7 @@ import numpy as np
 
 from compiler.graph.ir import TensorType
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr, ints_attr, non_negative
-from compiler.ops.conv2d import pad_tensor
+from compiler.ops.conv2d import conv_output_hw, pad_tensor
 from compiler.ops.conv2d_blocked import register_tile
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tir import compute as te
@@ -113,14 +113,6 @@ def transform_weight(packed: np.ndarray, m: int) -> np.ndarray:
     return np.ascontiguousarray(u.astype(packed.dtype))
 
 
-def _output_hw(x: TensorType, pads: Sequence[int]) -> tuple[int, int]:
-    oh = x.shape[2] + pads[0] + pads[2] - KERNEL + 1
-    ow = x.shape[3] + pads[1] + pads[3] - KERNEL + 1
-    if oh < 1 or ow < 1:
-        raise fail(f"conv2d_winograd_nchwc output would be empty ({oh}x{ow}) for input {list(x.shape)}")
-    return oh, ow
-
-
 def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
     expect_args("conv2d_winograd_nchwc", types, 2)
     x, u = types
@@ -143,7 +135,8 @@ def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
             f"conv2d_winograd_nchwc with tile {m}: input {list(x.shape)} and transformed weight "
             f"{list(u.shape)} do not match (expected [{m + 2}, {m + 2}, OC/{ib}, {icb}, {ib}, {ib}])"
         )
-    oh, ow = _output_hw(x, pads)
+    window = {"strides": (1, 1), "pads": tuple(pads), "dilations": (1, 1)}  # a stride-1 3x3 conv's
+    oh, ow = conv_output_hw("conv2d_winograd_nchwc", x, (KERNEL, KERNEL), window)
     return TensorType((n, ocb, oh, ow, ob), x.dtype)
 
 
