@@ -64,8 +64,11 @@ class TaskConfirmation:
 
     @property
     def chosen(self) -> int | None:
-        """The record the compiler will use: the fastest in the model."""
-        return min(self.in_model, key=lambda rid: (self.in_model[rid], rid)) if self.in_model else None
+        """The record the compiler will use: the fastest in the model, ties broken as the database's
+        `best` breaks them (the faster alone, then the older record)."""
+        if not self.in_model:
+            return None
+        return min(self.in_model, key=lambda rid: (self.in_model[rid], self.alone.get(rid, 0.0), rid))
 
     @property
     def isolated_best(self) -> int | None:
