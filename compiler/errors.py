@@ -53,6 +53,16 @@ class ScheduleError(CompilerError):
     """A schedule primitive or trace cannot be applied to this kernel."""
 
 
+class OverrideError(CompilerError):
+    """A schedule override names no ONNX node and no kernel of the model (or two overrides pin the
+    same kernel). `closest` lists the model's names nearest to the unknown one."""
+
+    def __init__(self, message: str, *, name: str = "", closest: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.closest = closest
+        super().__init__(message)
+
+
 class CodegenError(CompilerError):
     """LLVM code generation, optimisation or linking failed."""
 
@@ -66,6 +76,7 @@ __all__ = [
     "CompilerError",
     "InputError",
     "ModelError",
+    "OverrideError",
     "ScheduleError",
     "ShapeError",
     "UnsupportedOpError",

@@ -230,8 +230,11 @@ def build_kernels(requests: Sequence[tuple[Workload, str, ScheduleChoice | None]
         if k0 is None:
             k = first[ident] = build_kernel(w, name, choice)
         else:
+            # the same code, but its own provenance: one kernel's override is another one's record
+            own = choice is not None and k0.provenance.get("source") != "default"
             k = replace(
                 k0,
+                provenance=dict(choice.provenance) if own and choice is not None else k0.provenance,
                 name=name,
                 symbol=_sym(name),
                 workload=w,

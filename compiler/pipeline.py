@@ -6,6 +6,7 @@ shared library -> artifact. `inspect_model` stops at any stage and prints it.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -14,12 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import onnx
 
 from compiler.codegen.library import CodeLibrary
-from compiler.errors import CompilerError
+from compiler.errors import CompilerError, OverrideError
 from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, check_disabled, run_passes
@@ -79,6 +80,7 @@ class Frontier:
     workloads: dict[int, Workload]  # id(fused call) -> workload
     aliases: set[int]  # id(fused call) of pure reshapes (no kernel)
     direct_convs: frozenset[str] = frozenset()  # convs kept direct because tuning measured them faster
+    onnx_nodes: tuple[str, ...] = ()  # the ONNX graph's node names (those no kernel runs too)
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,17 @@ def build_frontier(
         workloads[id(node)] = lower_group(group, name, target, consts)  # compute defs -> naive TIR
         groups.append(node)
     return Frontier(
-        target, imported.opset, graph, optimized, passes, fused, groups, workloads, aliases, direct_convs
+        target,
+        imported.opset,
+        graph,
+        optimized,
+        passes,
+        fused,
+        groups,
+        workloads,
+        aliases,
+        direct_convs,
+        imported.node_names,
     )
 
 
@@ -199,12 +211,59 @@ def frontier_for(model: ModelInput, options: CompileOptions, schedules: Schedule
     return build_frontier(model, options, forced) if forced else fr
 
 
+_V = TypeVar("_V")
+
+
+def bind_overrides(fr: Frontier, overrides: Mapping[str, _V]) -> dict[str, tuple[str, _V]]:
+    """Kernel name -> (the override's name, its value) for overrides naming an ONNX node (every
+    kernel that runs it) or a kernel. A name that matches neither, or two names pinning one kernel,
+    is an OverrideError naming the model's closest names: an override is never silently dropped."""
+    kernel_names = [fr.workloads[id(c)].func.name for c in fr.groups]
+    kernels_of: dict[str, list[str]] = {}
+    for c in fr.groups:
+        w = fr.workloads[id(c)]
+        for node in w.nodes:
+            kernels_of.setdefault(node, []).append(w.func.name)
+    bound: dict[str, tuple[str, _V]] = {}
+    for name, value in overrides.items():
+        targets = [name] if name in kernel_names else kernels_of.get(name, [])
+        if not targets:
+            raise _unmatched(name, fr, kernel_names, kernels_of)
+        for k in targets:
+            if k in bound and bound[k][0] != name:
+                raise OverrideError(
+                    f"overrides {bound[k][0]!r} and {name!r} both pin kernel {k}: give one of them",
+                    name=name,
+                )
+            bound[k] = (name, value)
+    return bound
+
+
+def _unmatched(
+    name: str, fr: Frontier, kernel_names: list[str], kernels_of: Mapping[str, list[str]]
+) -> OverrideError:
+    known = [*kernels_of, *kernel_names]  # names an override can pin
+    closest = tuple(difflib.get_close_matches(name, known, n=5, cutoff=0.5))
+    if name in fr.onnx_nodes or any(c.name == name for c in fr.graph.calls()):
+        why = f"node {name!r} runs in no kernel (the graph passes folded it away or it only renames memory)"
+    else:
+        why = f"override {name!r} names no ONNX node and no kernel of this model"
+    hint = f"; closest: {', '.join(closest)}" if closest else f"; kernels: {', '.join(kernel_names[:8])}"
+    if not closest and len(kernel_names) > 8:
+        hint += ", ..."
+    return OverrideError(why + hint, name=name, closest=closest)
+
+
 def _choice_for(
-    call: Call, w: Workload, options: CompileOptions, target: Target, schedules: ScheduleSource | None
+    w: Workload,
+    pinned: Mapping[str, tuple[str, ScheduleChoice]],
+    target: Target,
+    schedules: ScheduleSource | None,
 ) -> ScheduleChoice | None:
-    for node_name in w.nodes:
-        if node_name in options.overrides:
-            return options.overrides[node_name]
+    """The override pinned to this kernel, else the database's best record, else None (default)."""
+    if w.func.name in pinned:
+        name, choice = pinned[w.func.name]
+        return replace(choice, provenance={**choice.provenance, "pinned_by": name})
     if schedules is not None:
         return schedules.lookup(w.key, target.key)
     return None
@@ -216,13 +275,14 @@ def compile_model(
     options = options or CompileOptions()
     t0 = time.perf_counter()
     fr = frontier_for(model, options, schedules)
+    pinned = bind_overrides(fr, options.overrides)
     t1 = time.perf_counter()
     kernels = build_kernels(
         [
             (
                 fr.workloads[id(c)],
                 fr.workloads[id(c)].func.name,
-                _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
+                _choice_for(fr.workloads[id(c)], pinned, fr.target, schedules),
             )
             for c in fr.groups
         ]
@@ -316,6 +376,7 @@ def inspect_model(
     if stage not in STAGES:
         raise CompilerError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
     fr = frontier_for(model, options, schedules)
+    pinned = bind_overrides(fr, options.overrides)
     if stage == "graph":
         return print_graph(fr.graph)
     if stage == "optimized":
@@ -337,7 +398,7 @@ def inspect_model(
             (
                 fr.workloads[id(c)],
                 fr.workloads[id(c)].func.name,
-                _choice_for(c, fr.workloads[id(c)], options, fr.target, schedules),
+                _choice_for(fr.workloads[id(c)], pinned, fr.target, schedules),
             )
             for c in calls
         ]

@@ -148,6 +148,18 @@ DbOpt = Annotated[
     str | None,
     typer.Option("--db", metavar="URL", help="Database URL (default: temper.sqlite in the data directory)."),
 ]
+NoTunedOpt = Annotated[
+    bool, typer.Option("--no-tuned", help="Ignore tuning records: default schedules only.")
+]
+OverrideOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--override",
+        metavar="NAME=record:ID|NAME=TRACE.json",
+        help="Pin the schedule of the kernel running ONNX node NAME, or of kernel NAME (repeatable). "
+        "A name matching neither is an error.",
+    ),
+]
 
 
 ServerOpt = Annotated[
@@ -208,6 +220,23 @@ def _open_schedules(db: str | None, no_tuned: bool) -> Any:
     return SqlDatabase(url)
 
 
+@contextmanager
+def _schedule_source(
+    db: str | None, no_tuned: bool, override: list[str] | None
+) -> Iterator[tuple[dict[str, Any], Any]]:
+    """(overrides, tuned-schedule source) for a local compile, inspect or explain: the same
+    schedules whichever of them asks, so inspect shows what compile builds."""
+    from tuner.apply import DatabaseSource, parse_override
+
+    database = _open_schedules(db, no_tuned)
+    try:
+        pins = dict(parse_override(spec, database) for spec in override or [])
+        yield pins, (DatabaseSource(database) if database is not None else None)
+    finally:
+        if database is not None:
+            database.close()
+
+
 @app.command("compile")
 def compile_command(
     model: ModelArg,
@@ -219,17 +248,8 @@ def compile_command(
         Path | None, typer.Option("--dump-ir", file_okay=False, help="Write every stage's IR to DIR.")
     ] = None,
     db: DbOpt = None,
-    no_tuned: Annotated[
-        bool, typer.Option("--no-tuned", help="Ignore tuning records: default schedules only.")
-    ] = False,
-    override: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--override",
-            metavar="NODE=record:ID|NODE=TRACE.json",
-            help="Pin the schedule of the kernel holding ONNX node NODE (repeatable).",
-        ),
-    ] = None,
+    no_tuned: NoTunedOpt = False,
+    override: OverrideOpt = None,
     server: ServerOpt = None,
     api_key: ApiKeyOpt = None,
     no_external_data: NoExternalOpt = False,
@@ -263,19 +283,12 @@ def compile_command(
         from dataclasses import replace
 
         from compiler.pipeline import compile_model
-        from tuner.apply import DatabaseSource, parse_override
 
-        database = _open_schedules(db, no_tuned)
-        try:
-            pins = dict(parse_override(spec, database) for spec in override or [])
+        with _schedule_source(db, no_tuned, override) as (pins, source):
             options = replace(
                 _options(target, opt_level, shapes, dump_ir, no_external_data, disable_pass), overrides=pins
             )
-            source = DatabaseSource(database) if database is not None else None
             compiled = compile_model(model, options, source)
-        finally:
-            if database is not None:
-                database.close()
         digest = compiled.save(output)
         manifest = compiled.manifest
     out.print(f"wrote {output}  sha256 {digest}", markup=False, soft_wrap=True)
@@ -465,16 +478,25 @@ def inspect_command(
     opt_level: OptLevelOpt = 3,
     no_external_data: NoExternalOpt = False,
     disable_pass: DisablePassOpt = None,
+    db: DbOpt = None,
+    no_tuned: NoTunedOpt = False,
+    override: OverrideOpt = None,
 ) -> None:
-    """Print a model's IR at one stage of the pipeline."""
+    """Print a model's IR at one stage of the pipeline, scheduled as compile would schedule it
+    (tuned records from the database, overrides)."""
     shapes = parse_shapes(shape)
-    with user_errors():
+    with user_errors(), storage_errors():
+        from dataclasses import replace
+
         from compiler.pipeline import STAGES, inspect_model
 
         if stage not in STAGES:
             raise typer.BadParameter(f"{stage!r} is not one of {', '.join(STAGES)}", param_hint="'--stage'")
-        options = _options(target, opt_level, shapes, None, no_external_data, disable_pass)
-        text = inspect_model(model, stage, options, kernel=kernel)
+        with _schedule_source(db, no_tuned, override) as (pins, source):
+            options = replace(
+                _options(target, opt_level, shapes, None, no_external_data, disable_pass), overrides=pins
+            )
+            text = inspect_model(model, stage, options, kernel=kernel, schedules=source)
     typer.echo(text.rstrip("\n"))
 
 

@@ -68,6 +68,7 @@ _ALWAYS_CONST = {"Constant", "Shape", "Size"}
 class ImportedModel:
     graph: Graph
     opset: int  # the opset of the default domain the file declared (before any conversion)
+    node_names: tuple[str, ...] = ()  # every named node of the ONNX graph, those no kernel runs too
 
 
 def load_onnx(
@@ -114,7 +115,8 @@ def import_model(
     if inference_error:
         raise ModelError(f"model fails ONNX shape inference: {inference_error}")
     inputs = bind_inputs(proto.graph, shapes or {})
-    return ImportedModel(_convert(proto.graph, inputs, opset, Budget(limits)), declared)
+    names = tuple(n.name for n in proto.graph.node if n.name)
+    return ImportedModel(_convert(proto.graph, inputs, opset, Budget(limits)), declared, names)
 
 
 def _first_line(e: Exception) -> str:

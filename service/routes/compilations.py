@@ -8,12 +8,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from compiler.errors import CompilerError
+from compiler.pipeline import CompileOptions, bind_overrides, build_frontier
 from compiler.tir.trace import Trace
 from service.deps import PrincipalDep, ServicesDep
 from service.errors import InvalidInputError
 from service.routes.common import compilation_out, errors, job_or_404, job_shapes, json_body, model_or_404
 from service.schemas import CompilationIn, CompilationOut, JobState
 from storage import service_repo as repo
+from storage.service_repo import ModelInfo
 
 router = APIRouter(prefix="/v1/compilations", tags=["compilations"], responses=errors(401, 404, 422))
 
@@ -39,6 +41,19 @@ def _check_overrides(services: ServicesDep, overrides: Mapping[str, str | dict[s
         )
 
 
+def _check_override_names(
+    services: ServicesDep, model: ModelInfo, body: CompilationIn, shapes: Mapping[str, list[int]]
+) -> None:
+    """Every override must name an ONNX node or a kernel of the model as this job compiles it: an
+    OverrideError (422, with the closest names) now, not a job that silently ignores it."""
+    if not body.overrides:
+        return
+    options = CompileOptions(
+        target=body.target, opt_level=body.opt_level, shapes={k: tuple(v) for k, v in shapes.items()}
+    )
+    bind_overrides(build_frontier(services.blobs.read_bytes(model.blob_key), options), body.overrides)
+
+
 @router.post(
     "",
     status_code=202,
@@ -50,6 +65,7 @@ def create_compilation(body: CompilationIn, principal: PrincipalDep, services: S
     model = model_or_404(services, principal, body.model_id)
     shapes = job_shapes(services, model, body.shapes, body.target, body.opt_level)
     _check_overrides(services, body.overrides)
+    _check_override_names(services, model, body, shapes)
     params = {
         "shapes": shapes,
         "target": body.target,

@@ -351,3 +351,68 @@ def test_inspect_shows_the_blocked_layout_and_disable_pass_turns_it_off(
     from compiler.runtime import load
 
     assert "alter_layout" not in load(out).manifest["passes"]
+
+
+# --- overrides and the schedules inspect shows -------------------------------------------------------
+
+
+def _kernel_trace(runner: CliRunner, model: Path, tmp_path: Path) -> tuple[str, Path]:
+    """The model's (one) kernel name and its default schedule's trace file, from --dump-ir."""
+    ir = tmp_path / "ir"
+    result = runner.invoke(
+        app, ["compile", str(model), "-o", str(tmp_path / "a.temper"), "--dump-ir", str(ir)]
+    )
+    assert result.exit_code == 0, result.output
+    (trace,) = (ir / "kernels").glob("*.trace.json")
+    return trace.name.removesuffix(".trace.json"), trace
+
+
+def test_compile_override_by_node_or_kernel_name(runner: CliRunner, tmp_path: Path) -> None:
+    model = tmp_path / "mlp.onnx"
+    _mlp_model(model)
+    kernel, trace = _kernel_trace(runner, model, tmp_path)
+    for name in ("relu", kernel):
+        out = tmp_path / f"{name}.temper"
+        result = runner.invoke(app, ["compile", str(model), "-o", str(out), "--override", f"{name}={trace}"])
+        assert result.exit_code == 0, result.output
+        assert "override" in result.stdout
+
+
+def test_an_override_naming_nothing_is_an_error(runner: CliRunner, tmp_path: Path) -> None:
+    model = tmp_path / "mlp.onnx"
+    _mlp_model(model)
+    _, trace = _kernel_trace(runner, model, tmp_path)
+    out = tmp_path / "x.temper"
+    result = runner.invoke(app, ["compile", str(model), "-o", str(out), "--override", f"reluX={trace}"])
+    _assert_user_error(result, "'reluX'", "no ONNX node and no kernel", "closest: relu")
+    assert not out.exists()
+    result = runner.invoke(
+        app, ["inspect", str(model), "--stage", "scheduled", "--override", f"matmull={trace}"]
+    )
+    _assert_user_error(result, "'matmull'", "closest: matmul")
+
+
+def test_inspect_schedules_as_compile_does(runner: CliRunner, tmp_path: Path) -> None:
+    """With --db, inspect shows the tuned schedule compile uses; --no-tuned the default one."""
+    model = tmp_path / "mlp.onnx"
+    _mlp_model(model)
+    db = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    tuned = runner.invoke(app, ["tune", str(model), "--db", db, "--trials", "6"])
+    assert tuned.exit_code == 0, tuned.output
+    ir = tmp_path / "ir"
+    result = runner.invoke(
+        app, ["compile", str(model), "-o", str(tmp_path / "a.temper"), "--db", db, "--dump-ir", str(ir)]
+    )
+    assert result.exit_code == 0 and "record" in result.stdout, result.output
+    (compiled,) = (ir / "kernels").glob("*.scheduled.py")
+    shown = runner.invoke(app, ["inspect", str(model), "--stage", "scheduled", "--db", db])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.strip() == compiled.read_text().strip()
+    untuned = runner.invoke(app, ["inspect", str(model), "--stage", "scheduled", "--db", db, "--no-tuned"])
+    default_ir = tmp_path / "ir0"
+    runner.invoke(
+        app,
+        ["compile", str(model), "-o", str(tmp_path / "b.temper"), "--no-tuned", "--dump-ir", str(default_ir)],
+    )
+    (default,) = (default_ir / "kernels").glob("*.scheduled.py")
+    assert untuned.stdout.strip() == default.read_text().strip()

@@ -144,6 +144,7 @@ def test_compile_without_tuned_records_and_with_an_override(worker: Worker) -> N
         ({}, b"this is not an onnx model", "onnx"),
         ({"overrides": {"fc1": "record:999999"}}, None, "no tuning record 999999"),
         ({"overrides": {"fc1": "/etc/passwd"}}, None, "must be 'record:ID' or a trace object"),
+        ({"overrides": {"fcX": {"version": 1, "instructions": []}}}, None, "no ONNX node and no kernel"),
         ({"shapes": {"input": [0, 64]}}, None, "positive integers"),
         ({"opt_level": 9}, None, "opt level"),
         ({"target": "no-such-cpu"}, None, "no-such-cpu"),

@@ -485,6 +485,13 @@ def _bad_jobs(model_id: str) -> list[tuple[str, dict[str, Any], int, str, list[s
         (comp, {"json": {**ok, "overrides": {"fc1": "/etc/passwd"}}}, 422, "invalid_request", ["overrides"]),
         (
             comp,
+            {"json": {**ok, "overrides": {"fcX": {"version": 1, "instructions": []}}}},
+            422,
+            "invalid_override",
+            ["'fcX'", "no ONNX node and no kernel", "closest", "fc1"],
+        ),
+        (
+            comp,
             {"json": {**ok, "overrides": {"fc1": {"version": 99}}}},
             422,
             "invalid_override",
