@@ -12,10 +12,14 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy import func, select
 
 from compiler.version import __version__
@@ -31,6 +35,9 @@ from storage.models import TuningRecordRow
 from storage.records import SqlDatabase
 
 log = logging.getLogger("temper.service")
+
+STATIC_DIR = Path(__file__).parent / "static"
+OPENAPI_URL = "/openapi.json"
 
 DESCRIPTION = """\
 Upload ONNX models, tune their kernels, compile them to native artifacts and download the result.
@@ -91,6 +98,43 @@ def _json_errors_in_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _serve_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs and ReDoc at /redoc, with their scripts and styles served from the package
+    (static/vendor, see its README) instead of FastAPI's default CDN, so the pages work offline.
+    Public, like /openapi.json that they load; URLs keep the root path a proxy mounts the app under."""
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    oauth2_redirect_url = app.swagger_ui_oauth2_redirect_url or "/docs/oauth2-redirect"
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        vendor = f"{root}/static/vendor/swagger-ui"
+        return get_swagger_ui_html(
+            openapi_url=root + OPENAPI_URL,
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{vendor}/swagger-ui-bundle.js",
+            swagger_css_url=f"{vendor}/swagger-ui.css",
+            swagger_favicon_url=f"{vendor}/favicon-32x32.png",
+            oauth2_redirect_url=root + oauth2_redirect_url,
+            swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from the public validator
+        )
+
+    @app.get(oauth2_redirect_url, include_in_schema=False)
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_redoc_html(
+            openapi_url=root + OPENAPI_URL,
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}/static/vendor/redoc/redoc.standalone.js",
+            redoc_favicon_url=f"{root}/static/vendor/swagger-ui/favicon-32x32.png",
+            with_google_fonts=False,
+        )
+
+
 def _open(settings: Settings, metrics: Metrics) -> Services:
     db = SqlDatabase(settings.database_url)  # migrates to this version's schema
     return Services(settings=settings, db=db, blobs=BlobStore(settings.blobs_dir), metrics=metrics)
@@ -117,6 +161,9 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        openapi_url=OPENAPI_URL,
+        docs_url=None,  # served by _serve_docs, from the package rather than a CDN
+        redoc_url=None,
         openapi_tags=[
             {"name": "models", "description": "Upload and inspect ONNX models."},
             {"name": "compilations", "description": "Compile models to artifacts."},
@@ -130,6 +177,7 @@ def create_app(settings: Settings) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     _json_errors_in_openapi(app)
+    _serve_docs(app)
 
     def count_jobs() -> Mapping[tuple[str, str], int]:
         services: Services = app.state.services

@@ -17,7 +17,7 @@ import hmac
 import io
 import json
 import os
-import tempfile
+import secrets
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -156,6 +156,26 @@ def sign_artifact(data: bytes, key: bytes) -> bytes:
     return _zip({**members, MANIFEST_HMAC: _signature(key, members[MANIFEST])})
 
 
+def _create_temp(directory: str) -> tuple[int, str]:
+    """A new, empty temporary file in `directory` (beside the target, so the rename is atomic).
+
+    It is created with mode 0666, so the kernel applies the umask (or the directory's default ACL) as
+    it does to any file the user writes, and the rename keeps that mode. `tempfile.mkstemp` asks for
+    0600 whatever the umask. Reading the umask to chmod afterwards would be worse: `os.umask`
+    set-and-restore changes it for the whole process (a thread creating a file meanwhile gets the wrong
+    mode), /proc/self/status is Linux-only, and neither sees a default ACL. O_EXCL makes the name ours
+    (and refuses a symlink planted under it); with 64 random bits a clash is a freak, so a few tries do.
+    Returns (descriptor, path); the descriptor is not inherited by child processes (PEP 446).
+    """
+    for _ in range(8):
+        tmp = os.path.join(directory, f".artifact-{secrets.token_hex(8)}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file in {directory!r}: every name tried exists")
+
+
 def write_artifact(
     path: str | os.PathLike[str],
     *,
@@ -165,11 +185,14 @@ def write_artifact(
     params: bytes,
     extra: Mapping[str, bytes] | None = None,
 ) -> str:
-    """Write an artifact file atomically (temp file + rename); return the sha256 of the whole file."""
+    """Write an artifact file atomically (temp file + rename); return the sha256 of the whole file.
+
+    The file gets the mode of any other file the user writes (0666 less the umask, see `_create_temp`).
+    """
     data = artifact_bytes(manifest=manifest, library=library, plan=plan, params=params, extra=extra)
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".artifact-", dir=directory)
+    fd, tmp = _create_temp(directory)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import stat
 import zipfile
 from pathlib import Path
 
@@ -49,6 +51,23 @@ def test_round_trip_fills_manifest_and_returns_file_hash(tmp_path: Path, parts: 
     assert json.loads(members["plan.json"]) == parts["plan"]
     for name, data in members.items():
         assert manifest["members"][name] == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)], ids=["022", "077", "002"]
+)
+def test_artifact_file_mode_follows_the_umask(tmp_path: Path, parts: dict, umask: int, mode: int) -> None:
+    path = tmp_path / "a.temper"
+    path.write_bytes(b"an older file")
+    path.chmod(0o600)  # replaced, not rewritten in place: the new file's mode comes from the umask
+    old = os.umask(umask)
+    try:
+        write_artifact(path, **parts)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert [p.name for p in tmp_path.iterdir()] == ["a.temper"]  # no temporary file left behind
+    read_artifact(path)
 
 
 def test_archive_is_stored_and_deterministic(parts: dict) -> None:
