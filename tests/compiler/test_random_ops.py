@@ -155,7 +155,9 @@ def test_random_winograd_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no
     transforms' rounding is relative to the sums' magnitude)."""
     rng = np.random.default_rng(1500 + seed)
     lanes = parse_target("host").lanes()
-    cin = int(rng.integers(32, 3 * lanes + 33)) if seed % 3 == 2 else lanes * int(rng.integers(2, 5))
+    blocks = -(-32 // lanes)  # whole blocks making the rule's 32 channels, whatever the vector width
+    filled = lanes * int(rng.integers(blocks, blocks + 3))
+    cin = int(rng.integers(32, 3 * lanes + 33)) if seed % 3 == 2 else filled
     cout = cin if seed % 2 else max(32, lanes * int(rng.integers(2, 4)))
     h, w = int(rng.integers(4, 30)), int(rng.integers(4, 30))
     pads = [int(p) for p in rng.integers(0, 3, 4)]
@@ -173,7 +175,7 @@ def test_winograd_with_a_fused_epilogue_and_a_residual(tmp_path) -> None:  # typ
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(7)
-    c = 2 * parse_target("host").lanes()
+    c = max(32, 2 * parse_target("host").lanes())  # enough channels for Winograd on any vector width
     inits = [
         numpy_helper.from_array(_randn(rng, c, c, 3, 3) / np.float32(np.sqrt(9 * c)), f"w{k}") for k in (1, 2)
     ] + [numpy_helper.from_array(_randn(rng, c), f"b{k}") for k in (1, 2)]
