@@ -53,14 +53,19 @@ class ScheduleError(CompilerError):
     """A schedule primitive or trace cannot be applied to this kernel."""
 
 
-class OverrideError(CompilerError):
-    """A schedule override names no ONNX node and no kernel of the model (or two overrides pin the
-    same kernel). `closest` lists the model's names nearest to the unknown one."""
+class UnknownNodeError(CompilerError):
+    """A name given for a node or kernel (`--node`, `--kernel`) matches none of the model's.
+    `closest` lists the model's names nearest to it."""
 
     def __init__(self, message: str, *, name: str = "", closest: tuple[str, ...] = ()) -> None:
         self.name = name
         self.closest = closest
         super().__init__(message)
+
+
+class OverrideError(UnknownNodeError):
+    """A schedule override names no ONNX node and no kernel of the model, or two overrides pin the
+    same kernel."""
 
 
 class CodegenError(CompilerError):
@@ -79,5 +84,6 @@ __all__ = [
     "OverrideError",
     "ScheduleError",
     "ShapeError",
+    "UnknownNodeError",
     "UnsupportedOpError",
 ]

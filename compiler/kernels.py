@@ -187,17 +187,35 @@ def default_schedule(w: Workload, decider: Decider | None = None) -> tuple[Sched
     or it does not apply to this kernel. Without a decider every decision takes its default (the
     default schedule); the tuner passes deciders that sample the rule's space. Returns the
     schedule and the rule's name."""
+    sch, rule, _ = choose_rule(w, decider)
+    return sch, rule
+
+
+def choose_rule(w: Workload, decider: Decider | None = None) -> tuple[Schedule, str, str | None]:
+    """default_schedule, with why the generic rule was used when the family has a rule of its own
+    (the rule's ScheduleError: the condition it found unmet); None when the family rule applied or
+    there is none to try."""
     opdef = registry.get(w.anchor_op) if w.anchor_op else None
-    if opdef is not None and opdef.schedule is not None and w.info.anchor_block is not None:
-        sch = Schedule(w.func, w.const_params, decider)
-        try:
-            opdef.schedule(sch, w.info)
-            return sch, opdef.name
-        except ScheduleError:
-            pass
+    fallback = None
+    if opdef is not None and opdef.schedule is not None:
+        if w.info.anchor_block is None:
+            fallback = f"the {opdef.name} rule needs its anchor stage, which lowering inlined away"
+        else:
+            sch = Schedule(w.func, w.const_params, decider)
+            try:
+                opdef.schedule(sch, w.info)
+                return sch, opdef.name, None
+            except ScheduleError as e:
+                fallback = f"the {opdef.name} rule does not apply: {e.message}"
     sch = Schedule(w.func, w.const_params, decider)
     generic_schedule(sch, w.info)
-    return sch, "generic"
+    return sch, "generic", fallback
+
+
+def family_rule(w: Workload) -> str | None:
+    """The name of the schedule rule of the kernel's op family, None when it has none."""
+    opdef = registry.get(w.anchor_op) if w.anchor_op else None
+    return opdef.name if opdef is not None and opdef.schedule is not None else None
 
 
 def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -> Kernel:
@@ -208,12 +226,14 @@ def build_kernel(w: Workload, name: str, choice: ScheduleChoice | None = None) -
         except ScheduleError as e:
             if choice.provenance.get("source") == "override":
                 raise ScheduleError(f"override schedule for kernel {name} does not apply: {e}") from e
-            sch, rule = default_schedule(w)
+            sch, rule, fallback = choose_rule(w)
             provenance = {"source": "default", "rule": rule, "note": f"tuned record did not apply: {e}"}
+            if fallback:
+                provenance["fallback"] = fallback
     else:
-        sch, rule = default_schedule(w)
+        sch, rule, fallback = choose_rule(w)
         check_legal(sch.func)  # a default rule is held to the same rules as any trace
-        provenance = {"source": "default", "rule": rule}
+        provenance = {"source": "default", "rule": rule, **({"fallback": fallback} if fallback else {})}
     flat = flatten(sch.func)
     return Kernel(name, _sym(name), w, sch.func, flat, sch.trace, provenance)
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import onnx
 
 from compiler.codegen.library import CodeLibrary
-from compiler.errors import CompilerError, OverrideError
+from compiler.errors import CompilerError, OverrideError, UnknownNodeError
 from compiler.frontend.onnx import import_model
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, check_disabled, run_passes
@@ -80,7 +80,8 @@ class Frontier:
     workloads: dict[int, Workload]  # id(fused call) -> workload
     aliases: set[int]  # id(fused call) of pure reshapes (no kernel)
     direct_convs: frozenset[str] = frozenset()  # convs kept direct because tuning measured them faster
-    onnx_nodes: tuple[str, ...] = ()  # the ONNX graph's node names (those no kernel runs too)
+    onnx_nodes: Mapping[str, str] = field(default_factory=dict)  # ONNX node name -> op type (all nodes)
+    after_pass: tuple[tuple[str, Graph], ...] = ()  # (pass, graph after it), from the import on
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,12 @@ def build_frontier(
         model, dict(options.shapes), limits=options.limits, external_data=options.external_data
     )
     graph = imported.graph
-    seen: list[Graph] = [graph]
+    after: list[tuple[str, Graph]] = [("import", graph)]  # the graph after each pass
     context = PassContext(channel_block=target.lanes("float32"), direct_convs=direct_convs)
     fused, passes = run_passes(
-        graph, options.opt_level, lambda _, g: seen.append(g), context, options.disabled_passes
+        graph, options.opt_level, lambda name, g: after.append((name, g)), context, options.disabled_passes
     )  # the graph passes, then the partition into kernels
-    optimized = seen[-2]  # the graph before partitioning into kernels
+    optimized = after[-2][1]  # the graph before partitioning into kernels
     outputs = {id(o) for o in fused.outputs}
     groups: list[Call] = []
     workloads: dict[int, Workload] = {}
@@ -157,7 +158,8 @@ def build_frontier(
         workloads,
         aliases,
         direct_convs,
-        imported.node_names,
+        dict(imported.nodes),
+        tuple(after),
     )
 
 
@@ -214,44 +216,54 @@ def frontier_for(model: ModelInput, options: CompileOptions, schedules: Schedule
 _V = TypeVar("_V")
 
 
-def bind_overrides(fr: Frontier, overrides: Mapping[str, _V]) -> dict[str, tuple[str, _V]]:
-    """Kernel name -> (the override's name, its value) for overrides naming an ONNX node (every
-    kernel that runs it) or a kernel. A name that matches neither, or two names pinning one kernel,
-    is an OverrideError naming the model's closest names: an override is never silently dropped."""
+def match_names(fr: Frontier, names: Sequence[str], what: str = "override") -> dict[str, list[str]]:
+    """Name -> the kernels it names: a kernel by its name, or every kernel running an ONNX node of
+    that name. A name matching nothing is an error naming the closest names (OverrideError for
+    overrides, UnknownNodeError otherwise): a name is never silently ignored."""
     kernel_names = [fr.workloads[id(c)].func.name for c in fr.groups]
     kernels_of: dict[str, list[str]] = {}
     for c in fr.groups:
         w = fr.workloads[id(c)]
         for node in w.nodes:
             kernels_of.setdefault(node, []).append(w.func.name)
-    bound: dict[str, tuple[str, _V]] = {}
-    for name, value in overrides.items():
+    out = {}
+    for name in names:
         targets = [name] if name in kernel_names else kernels_of.get(name, [])
         if not targets:
-            raise _unmatched(name, fr, kernel_names, kernels_of)
+            raise _unmatched(name, what, fr, kernel_names, kernels_of)
+        out[name] = targets
+    return out
+
+
+def bind_overrides(fr: Frontier, overrides: Mapping[str, _V]) -> dict[str, tuple[str, _V]]:
+    """Kernel name -> (the override's name, its value) for overrides naming an ONNX node (every
+    kernel that runs it) or a kernel; two names pinning one kernel are an OverrideError."""
+    bound: dict[str, tuple[str, _V]] = {}
+    for name, targets in match_names(fr, list(overrides)).items():
         for k in targets:
             if k in bound and bound[k][0] != name:
                 raise OverrideError(
                     f"overrides {bound[k][0]!r} and {name!r} both pin kernel {k}: give one of them",
                     name=name,
                 )
-            bound[k] = (name, value)
+            bound[k] = (name, overrides[name])
     return bound
 
 
 def _unmatched(
-    name: str, fr: Frontier, kernel_names: list[str], kernels_of: Mapping[str, list[str]]
-) -> OverrideError:
-    known = [*kernels_of, *kernel_names]  # names an override can pin
+    name: str, what: str, fr: Frontier, kernel_names: list[str], kernels_of: Mapping[str, list[str]]
+) -> UnknownNodeError:
+    known = [*kernels_of, *kernel_names]  # names that can be given
     closest = tuple(difflib.get_close_matches(name, known, n=5, cutoff=0.5))
     if name in fr.onnx_nodes or any(c.name == name for c in fr.graph.calls()):
         why = f"node {name!r} runs in no kernel (the graph passes folded it away or it only renames memory)"
     else:
-        why = f"override {name!r} names no ONNX node and no kernel of this model"
+        why = f"{what} {name!r} names no ONNX node and no kernel of this model"
     hint = f"; closest: {', '.join(closest)}" if closest else f"; kernels: {', '.join(kernel_names[:8])}"
     if not closest and len(kernel_names) > 8:
         hint += ", ..."
-    return OverrideError(why + hint, name=name, closest=closest)
+    error = OverrideError if what == "override" else UnknownNodeError
+    return error(why + hint, name=name, closest=closest)
 
 
 def _choice_for(
@@ -269,24 +281,29 @@ def _choice_for(
     return None
 
 
+def schedule_kernels(
+    fr: Frontier,
+    options: CompileOptions,
+    schedules: ScheduleSource | None,
+    calls: list[Call] | None = None,
+    pinned: Mapping[str, tuple[str, ScheduleChoice]] | None = None,
+) -> list[Kernel]:
+    """Each group's kernel (of `calls`, default all) with its schedule: the override pinned to it,
+    else the database's best record, else the default rule; scheduled once per distinct kernel."""
+    if pinned is None:
+        pinned = bind_overrides(fr, options.overrides)
+    workloads = [fr.workloads[id(c)] for c in (fr.groups if calls is None else calls)]
+    return build_kernels([(w, w.func.name, _choice_for(w, pinned, fr.target, schedules)) for w in workloads])
+
+
 def compile_model(
     model: ModelInput, options: CompileOptions | None = None, schedules: ScheduleSource | None = None
 ) -> CompiledModel:
     options = options or CompileOptions()
     t0 = time.perf_counter()
     fr = frontier_for(model, options, schedules)
-    pinned = bind_overrides(fr, options.overrides)
     t1 = time.perf_counter()
-    kernels = build_kernels(
-        [
-            (
-                fr.workloads[id(c)],
-                fr.workloads[id(c)].func.name,
-                _choice_for(fr.workloads[id(c)], pinned, fr.target, schedules),
-            )
-            for c in fr.groups
-        ]
-    )  # default / tuned / overridden schedule, then flatten (once per distinct kernel)
+    kernels = schedule_kernels(fr, options, schedules)  # default / tuned / overridden, then flatten
     t2 = time.perf_counter()
     lib = CodeLibrary(fr.target)
     for k in kernels:
@@ -376,7 +393,7 @@ def inspect_model(
     if stage not in STAGES:
         raise CompilerError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
     fr = frontier_for(model, options, schedules)
-    pinned = bind_overrides(fr, options.overrides)
+    pinned = bind_overrides(fr, options.overrides)  # checked whatever the stage
     if stage == "graph":
         return print_graph(fr.graph)
     if stage == "optimized":
@@ -393,16 +410,7 @@ def inspect_model(
             raise CompilerError(f"no kernel {kernel!r}; kernels: {names}")
     if stage == "tir":
         return "\n".join(func_str(fr.workloads[id(c)].func) for c in calls)
-    kernels = build_kernels(
-        [
-            (
-                fr.workloads[id(c)],
-                fr.workloads[id(c)].func.name,
-                _choice_for(fr.workloads[id(c)], pinned, fr.target, schedules),
-            )
-            for c in calls
-        ]
-    )
+    kernels = schedule_kernels(fr, options, schedules, calls, pinned)
     if stage == "scheduled":
         return "\n".join(func_str(k.scheduled) for k in kernels)
     lib = CodeLibrary(fr.target)

@@ -142,4 +142,31 @@ def parse_target(name: str | None) -> Target:
         raise CompilerError(f"unknown target {name!r}; use 'host' or one of: {', '.join(KNOWN_CPUS)}")
     init_llvm()
     bits = 512 if cpu in _AVX512 else 256 if cpu in _AVX2 else 128
+    host = host_target()
+    if host.cpu == cpu and set(_NAMED_FEATURES[bits]) <= set(host.required_features):
+        return host  # this very machine by name: the same code, the same records as 'host'
     return Target(llvm.get_process_triple(), cpu, "", bits, os.cpu_count() or 1)
+
+
+_NAMED_DIGEST = hashlib.sha256(b"").hexdigest()[:12]
+
+
+def target_key(name_or_key: str) -> str:
+    """The records key of a target given by name ('host', an LLVM CPU name) or by key (CPU name,
+    dash, features digest, as `Target.key` makes them); anything else is an unknown target error."""
+    text = name_or_key.strip()
+    if text in ("host", "native") or text in KNOWN_CPUS or "-" not in text:
+        return parse_target(text).key
+    return text
+
+
+def describe_key(key: str) -> str:
+    """A target key in words: its CPU and which feature set its digest stands for."""
+    cpu, _, digest = key.rpartition("-")
+    host = host_target()
+    if key == host.key:
+        return f"{cpu}: this machine's CPU and features ({', '.join(host.required_features)})"
+    if digest == _NAMED_DIGEST and cpu in KNOWN_CPUS:
+        bits = 512 if cpu in _AVX512 else 256 if cpu in _AVX2 else 128
+        return f"{cpu}: the named CPU's default features (at least {', '.join(_NAMED_FEATURES[bits])})"
+    return f"{cpu}: another machine's feature set (digest {digest})"

@@ -7,6 +7,7 @@ so `temper run` starts with numpy and the runtime alone.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -500,6 +501,60 @@ def inspect_command(
     typer.echo(text.rstrip("\n"))
 
 
+@app.command("explain")
+def explain_command(
+    model: ModelArg,
+    shape: ShapeOpt = None,
+    target: TargetOpt = "host",
+    opt_level: OptLevelOpt = 3,
+    db: DbOpt = None,
+    no_tuned: NoTunedOpt = False,
+    override: OverrideOpt = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Only the kernel running this ONNX node (or this kernel).")
+    ] = None,
+    profile: Annotated[
+        bool, typer.Option("--profile", help="Also compile, run on random inputs and time every kernel.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    no_external_data: NoExternalOpt = False,
+    disable_pass: DisablePassOpt = None,
+) -> None:
+    """Why each kernel is what it is: the ONNX nodes it fused, the passes that rewrote them, the
+    implementations available and the one chosen (and why), its schedule rule and schedule source."""
+    shapes = parse_shapes(shape)
+    with user_errors(), storage_errors():
+        from dataclasses import replace
+
+        from compiler.explain import explain_model, profile_kernels
+
+        with _schedule_source(db, no_tuned, override) as (pins, source):
+            options = replace(
+                _options(target, opt_level, shapes, None, no_external_data, disable_pass), overrides=pins
+            )
+            timed = profile_kernels(model, options, source) if profile else None
+            explanation = explain_model(model, options, source, node=node, profile=timed)
+    if as_json:
+        typer.echo(json.dumps(explanation.to_json(), indent=1))
+    else:
+        typer.echo(explanation.text().rstrip("\n"))
+
+
+@app.command("ops")
+def ops_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Every ONNX op temper imports: opsets, dtypes and what its support check refuses (generated from
+    the frontend's converter table)."""
+    from compiler.frontend.catalog import NOTES, ops_table, supported_ops
+
+    ops = supported_ops()
+    if as_json:
+        typer.echo(json.dumps({"ops": [op.to_json() for op in ops], "notes": list(NOTES)}, indent=1))
+    else:
+        typer.echo(ops_table(ops).rstrip("\n"))
+
+
 # --- records and database (storage/ is imported only by these commands) -------------------------
 
 records_app = typer.Typer(help="Export, import and verify tuning records (JSON lines).", no_args_is_help=True)
@@ -512,9 +567,7 @@ app.add_typer(db_app, name="db")
 def records_export_command(
     file: Annotated[Path, typer.Argument(dir_okay=False, help="The JSON-lines file to write.")],
     db: DbOpt = None,
-    target: Annotated[
-        str | None, typer.Option("--target", metavar="KEY", help="Only the records of this target key.")
-    ] = None,
+    target: RecordsTargetOpt = None,
 ) -> None:
     """Write tuning records (and their workloads) to a JSON-lines file."""
     with user_errors(), storage_errors():
@@ -526,13 +579,113 @@ def records_export_command(
         if path is not None and not path.exists():
             raise fail(f"no database at {path} (nothing to export; pass --db URL)")
         with SqlDatabase(url) as database:
-            summary = export_records(database, file, target_key=target)
+            key = _records_target(database, target)
+            summary = export_records(database, file, target_key=key)
     out.print(
         f"exported {summary.records} record(s) of {summary.workloads} workload(s) "
         f"from {display_url(url)} to {file}",
         markup=False,
         soft_wrap=True,
     )
+
+
+RecordsTargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        metavar="NAME|KEY",
+        help="Only this target's records: 'host', an LLVM CPU name or a target key (temper records targets).",
+    ),
+]
+
+
+def _records_target(database: Any, target: str | None) -> str | None:
+    """The key --target names (None: every target); a target with no records in the database is an
+    error listing those that have some, not an empty answer."""
+    if target is None:
+        return None
+    from compiler.target import target_key
+
+    key = target_key(target)
+    counts = database.target_counts()
+    if key not in counts:
+        have = ", ".join(sorted(counts)) or "none"
+        raise fail(f"no records of target {key} ({target}) in this database; targets with records: {have}")
+    return str(key)
+
+
+@records_app.command("list")
+def records_list_command(
+    db: DbOpt = None,
+    target: RecordsTargetOpt = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model", exists=True, dir_okay=False, help="Only the records of this ONNX model's kernels."
+        ),
+    ] = None,
+    shape: ShapeOpt = None,
+    opt_level: OptLevelOpt = 3,
+    best: Annotated[
+        bool, typer.Option("--best", help="Only the record compiles use per kernel and target.")
+    ] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Show at most this many records.")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Tuning records with their ids (for --override NODE=record:ID), kernel, op, measured and
+    in-model times, state and date, fastest first per kernel."""
+    shapes = parse_shapes(shape)
+    with user_errors(), storage_errors():
+        from storage import SqlDatabase
+        from storage.session import display_url, sqlite_path
+
+        url = _db_url(db)
+        path = sqlite_path(url)
+        if path is not None and not path.exists():
+            raise fail(f"no database at {path} (pass --db URL)")
+        keys = None
+        if model is not None:
+            from tuner.task import alternative_tasks, extract_tasks
+
+            options = _options(target or "host", opt_level, shapes, None, False)
+            keys = [t.key for t in (*extract_tasks(model, options), *alternative_tasks(model, options))]
+        with SqlDatabase(url) as database:
+            key = _records_target(database, target)
+            rows = database.listing(key, keys, best=best)
+    if as_json:
+        typer.echo(json.dumps({"records": [r.to_json() for r in rows[:limit]], "total": len(rows)}, indent=1))
+        return
+    shown = f", first {limit}" if len(rows) > limit else ""
+    table = Table(title=f"{len(rows)} record(s) in {display_url(url)}{shown}", title_justify="left")
+    for column in ("id", "kernel", "op", "target", "alone", "in model", "state", "created"):
+        table.add_column(column, overflow="fold")  # ids and keys are for copying: never cut short
+    for r in rows[:limit]:
+        alone = f"{r.seconds * 1e3:.4f} ms" if r.seconds is not None else (r.error_kind or "failed")
+        in_model = f"{r.model_secs * 1e3:.4f} ms" if r.model_secs is not None else "-"
+        table.add_row(
+            *_cells(
+                str(r.id), r.name or r.workload_key, r.anchor or "-", r.target_key, alone, in_model,
+                r.verification, r.created.strftime("%Y-%m-%d"),
+            )
+        )  # fmt: skip
+    out.print(table)
+
+
+@records_app.command("targets")
+def records_targets_command(db: DbOpt = None) -> None:
+    """The targets with records in the database: each key with its CPU and what its digest stands for."""
+    with user_errors(), storage_errors():
+        from compiler.target import describe_key
+        from storage import SqlDatabase
+
+        with SqlDatabase(_db_url(db)) as database:
+            counts = database.target_counts()
+        table = Table(
+            "target key", "records", "what it is", title=f"{len(counts)} target(s)", title_justify="left"
+        )
+        for key, n in sorted(counts.items()):
+            table.add_row(*_cells(key, str(n), describe_key(key)))
+    out.print(table)
 
 
 @records_app.command("import")

@@ -27,6 +27,7 @@ from compiler.errors import (
     OverrideError,
     ScheduleError,
     ShapeError,
+    UnknownNodeError,
     UnsupportedOpError,
 )
 from service.sandbox import SandboxError
@@ -88,6 +89,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (ModelError, 422, "invalid_model"),
     (ShapeError, 422, "invalid_shapes"),
     (OverrideError, 422, "invalid_override"),
+    (UnknownNodeError, 422, "unknown_node"),
     (ScheduleError, 422, "invalid_schedule"),
     (CodegenError, 422, "codegen_failed"),
     (SandboxError, 422, "limit_exceeded"),

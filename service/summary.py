@@ -96,3 +96,33 @@ def stage_text(
         return inspect_model(data, stage, options, kernel=kernel)
     with SqlDatabase(database_url, upgrade=False) as db:
         return inspect_model(data, stage, options, kernel=kernel, schedules=DatabaseSource(db))
+
+
+def explain_json(
+    data: bytes,
+    options: CompileOptions,
+    node: str | None,
+    database_url: str | None,
+    profile: bool = False,
+) -> dict[str, Any]:
+    """`temper explain` for an uploaded model, as JSON, scheduled with the best records of
+    `database_url` when given (and each kernel timed when `profile`). Run in a sandboxed child."""
+    from compiler.explain import explain_model, profile_kernels
+    from storage import SqlDatabase
+    from tuner.apply import DatabaseSource
+
+    if database_url is None:
+        timed = profile_kernels(data, options) if profile else None
+        return explain_model(data, options, node=node, profile=timed).to_json()
+    with SqlDatabase(database_url, upgrade=False) as db:
+        source = DatabaseSource(db)
+        timed = profile_kernels(data, options, source) if profile else None
+        return explain_model(data, options, source, node=node, profile=timed).to_json()
+
+
+def check_override_names(data: bytes, options: CompileOptions, names: list[str]) -> None:
+    """OverrideError (with the closest names) when an override names no node and no kernel of the
+    model as `options` compile it. Run in a sandboxed child, as every use of the frontend is."""
+    from compiler.pipeline import build_frontier, match_names
+
+    match_names(build_frontier(data, options), names)

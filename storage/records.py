@@ -12,6 +12,7 @@ import math
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -236,6 +237,44 @@ class SqlDatabase:
 
     # --- beyond the protocol -------------------------------------------------------------------
 
+    def target_counts(self) -> dict[str, int]:
+        """Target key -> how many records it has."""
+        stmt = select(TuningRecordRow.target_key, func.count()).group_by(TuningRecordRow.target_key)
+        with self.read_session() as session:
+            return {key: int(n) for key, n in session.execute(stmt)}
+
+    def listing(
+        self,
+        target_key: str | None = None,
+        workload_keys: Sequence[str] | None = None,
+        *,
+        best: bool = False,
+        limit: int | None = None,
+    ) -> list[RecordListing]:
+        """Records with their workload's name and op, for people (`temper records list`): of one
+        target and/or of some workloads; with `best`, only the record compiles use per (workload,
+        target). Ordered by workload, target, then fastest first."""
+        stmt = select(TuningRecordRow, WorkloadRow).join(TuningRecordRow.workload)
+        if target_key is not None:
+            stmt = stmt.where(TuningRecordRow.target_key == target_key)
+        if workload_keys is not None:
+            stmt = stmt.where(WorkloadRow.key.in_(list(workload_keys)))
+        stmt = stmt.order_by(
+            WorkloadRow.id,
+            TuningRecordRow.target_key,
+            TuningRecordRow.median_secs.is_(None),
+            TuningRecordRow.median_secs,
+            TuningRecordRow.id,
+        )
+        with self.read_session() as session:
+            rows = [_listing(row, workload) for row, workload in session.execute(stmt)]
+        if best:  # exactly the record compiles use (SqlDatabase.best) for each pair
+            pairs = dict.fromkeys((e.workload_key, e.target_key) for e in rows)
+            ids = {r.id for r in (self.best(*pair) for pair in pairs) if r is not None}
+            rows = [e for e in rows if e.id in ids]
+        return rows if limit is None else rows[:limit]
+
+
     def workload(self, key: str) -> WorkloadEntry | None:
         with self.read_session() as session:
             row = session.scalar(select(WorkloadRow).where(WorkloadRow.key == key))
@@ -309,6 +348,47 @@ def record_values(record: TuningRecord, workload_id: int) -> dict[str, Any]:
         "created_at": record.created,
         "verification": record.verification,
     }
+
+
+@dataclass(frozen=True)
+class RecordListing:
+    """One record as `temper records list` shows it."""
+
+    id: int
+    target_key: str
+    workload_key: str
+    name: str  # the task name the workload was tuned under (e.g. fused_conv2d_nchwc_relu_3)
+    anchor: str | None
+    flops: int
+    seconds: float | None  # median alone; None for a failure
+    model_secs: float | None  # per call inside the compiled model, when confirmation timed it
+    verification: str
+    error_kind: str | None
+    created: datetime
+
+    @property
+    def trusted(self) -> bool:
+        return self.verification in TRUSTED
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "created": self.created.isoformat(timespec="seconds")}
+
+
+def _listing(row: TuningRecordRow, workload: WorkloadRow) -> RecordListing:
+    description = workload.description if isinstance(workload.description, Mapping) else {}
+    return RecordListing(
+        row.id,
+        row.target_key,
+        workload.key,
+        str(description.get("name", "")),
+        description.get("anchor"),
+        workload.flops,
+        row.median_secs,
+        row.model_secs,
+        row.verification,
+        row.error_kind,
+        row.created_at,
+    )
 
 
 def record_from_row(row: TuningRecordRow, workload_key: str) -> TuningRecord:

@@ -166,6 +166,7 @@ def _cast_like(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _check_cast(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """Cast at run time only to float32, float16, int64, int32 or bool."""
     if node.op_type != "Cast" or node.input[0] in info.consts:
         return None
     name = onnx_dtype_name(int(attrs.get("to", 0)))

@@ -33,6 +33,7 @@ def _spatial_rank(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -
 
 
 def _check_window(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """1-D and 2-D windows only (3-D refused)."""
     sp = _spatial_rank(node, attrs, info)
     if sp is not None and sp not in (1, 2):
         return f"{sp}-D {node.op_type} (supported: 1-D and 2-D)"
@@ -250,6 +251,7 @@ def _pool(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _check_pool(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """No MaxPool Indices output, no dilated AveragePool."""
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] in info.used:
         return "MaxPool Indices output"
     if node.op_type == "AveragePool" and any(d != 1 for d in attrs.get("dilations", [])):
@@ -323,6 +325,7 @@ def _batch_norm(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _check_batch_norm(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """Inference mode only (no training-mode BatchNormalization)."""
     if attrs.get("training_mode", 0) or any(o in info.used for o in node.output[1:]):
         return "BatchNormalization in training mode"
     return None
@@ -376,6 +379,7 @@ def _group_norm(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _check_layer_norm(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """Y output only (no Mean / InvStdDev outputs)."""
     if any(o in info.used for o in node.output[1:]):
         return "LayerNormalization Mean / InvStdDev outputs"
     return None

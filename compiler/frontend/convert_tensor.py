@@ -234,6 +234,7 @@ def _scatter(op: str) -> Converter:
 
 
 def _check_scatter(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """Reduction none, add, max or min (not mul)."""
     reduction = attrs.get("reduction", "none")
     return None if reduction in ("none", "add", "max", "min") else f"{node.op_type} reduction {reduction!r}"
 
@@ -326,6 +327,7 @@ def _pad(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _check_pad(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """Modes constant, reflect and edge (not wrap)."""
     mode = attrs.get("mode", "constant")
     return None if mode in ("constant", "reflect", "edge") else f"Pad mode {mode!r}"
 
@@ -366,6 +368,7 @@ def _resize(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _check_resize(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """Modes nearest and linear; no tf_crop_and_resize, antialias or aspect-ratio policy."""
     if attrs.get("mode", "nearest") not in ("nearest", "linear"):
         return f"Resize mode {attrs['mode']!r} (supported: nearest, linear)"
     if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
@@ -416,6 +419,7 @@ def _constant(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _check_constant(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """value, value_float(s) or value_int(s) (no sparse or string values)."""
     supported = ("value", "value_float", "value_floats", "value_int", "value_ints")
     return None if any(k in attrs for k in supported) else f"Constant with {', '.join(attrs) or 'no value'}"
 
@@ -432,6 +436,7 @@ def _dropout(ctx: NodeContext) -> Sequence[Expr | None]:
 
 
 def _check_dropout(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """Inference only (its mask output unused)."""
     return "Dropout mask output" if len(node.output) > 1 and node.output[1] in info.used else None
 
 

@@ -68,7 +68,8 @@ _ALWAYS_CONST = {"Constant", "Shape", "Size"}
 class ImportedModel:
     graph: Graph
     opset: int  # the opset of the default domain the file declared (before any conversion)
-    node_names: tuple[str, ...] = ()  # every named node of the ONNX graph, those no kernel runs too
+    # (name, op type) of every named node of the ONNX graph, those no kernel runs too
+    nodes: tuple[tuple[str, str], ...] = ()
 
 
 def load_onnx(
@@ -115,8 +116,8 @@ def import_model(
     if inference_error:
         raise ModelError(f"model fails ONNX shape inference: {inference_error}")
     inputs = bind_inputs(proto.graph, shapes or {})
-    names = tuple(n.name for n in proto.graph.node if n.name)
-    return ImportedModel(_convert(proto.graph, inputs, opset, Budget(limits)), declared, names)
+    nodes = tuple((n.name, n.op_type) for n in proto.graph.node if n.name)
+    return ImportedModel(_convert(proto.graph, inputs, opset, Budget(limits)), declared, nodes)
 
 
 def _first_line(e: Exception) -> str:

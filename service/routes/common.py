@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import Request
@@ -12,6 +12,7 @@ from compiler.pipeline import CompileOptions
 from compiler.target import parse_target
 from service.deps import PrincipalDep, Services
 from service.errors import InvalidInputError, NotFoundError, UnsupportedMediaTypeError
+from service.sandbox import run_limited
 from service.schemas import CompilationOut, ErrorOut, ModelOut, ProgressOut, TuningJobOut
 from storage import service_repo as repo
 from storage.service_repo import JobInfo, JobKind, ModelInfo, Principal
@@ -141,3 +142,11 @@ def job_shapes(
     )
     extract_tasks(data, options)  # the frontend and lowering: ShapeError etc. name what is wrong
     return chosen
+
+
+def sandboxed(services: Services, fn: Callable[..., Any], *args: Any, what: str) -> Any:
+    """fn(*args) under the compile limits (service.sandbox), never in the API process itself."""
+    settings = services.settings
+    return run_limited(
+        fn, *args, seconds=settings.compile_timeout_s, memory_bytes=settings.compile_memory_bytes, what=what
+    )

@@ -8,12 +8,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 
 from compiler.errors import CompilerError
-from compiler.pipeline import CompileOptions, bind_overrides, build_frontier
+from compiler.pipeline import CompileOptions
 from compiler.tir.trace import Trace
 from service.deps import PrincipalDep, ServicesDep
 from service.errors import InvalidInputError
-from service.routes.common import compilation_out, errors, job_or_404, job_shapes, json_body, model_or_404
+from service.routes.common import (
+    compilation_out,
+    errors,
+    job_or_404,
+    job_shapes,
+    json_body,
+    model_or_404,
+    sandboxed,
+)
 from service.schemas import CompilationIn, CompilationOut, JobState
+from service.summary import check_override_names
 from storage import service_repo as repo
 from storage.service_repo import ModelInfo
 
@@ -51,7 +60,8 @@ def _check_override_names(
     options = CompileOptions(
         target=body.target, opt_level=body.opt_level, shapes={k: tuple(v) for k, v in shapes.items()}
     )
-    bind_overrides(build_frontier(services.blobs.read_bytes(model.blob_key), options), body.overrides)
+    data = services.blobs.read_bytes(model.blob_key)
+    sandboxed(services, check_override_names, data, options, list(body.overrides), what="the override check")
 
 
 @router.post(

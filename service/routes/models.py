@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from pathlib import PurePath
 from typing import Annotated, Any
 
@@ -25,10 +24,9 @@ from service.errors import (
     UnsupportedMediaTypeError,
     describe_validation,
 )
-from service.routes.common import errors, is_id, model_or_404, model_out
-from service.sandbox import run_limited
+from service.routes.common import errors, is_id, model_or_404, model_out, sandboxed
 from service.schemas import ModelOut, Name, Shapes, Stage, Target
-from service.summary import stage_text, summarize
+from service.summary import explain_json, stage_text, summarize
 from storage import service_repo as repo
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=errors(401, 404, 422))
@@ -179,9 +177,36 @@ def model_ir(
     return PlainTextResponse(text)
 
 
-def sandboxed(services: ServicesDep, fn: Callable[..., Any], *args: Any, what: str) -> Any:
-    """fn(*args) under the compile limits (service.sandbox), never in the API process itself."""
-    settings = services.settings
-    return run_limited(
-        fn, *args, seconds=settings.compile_timeout_s, memory_bytes=settings.compile_memory_bytes, what=what
+@router.get("/{model_id}/explain", summary="Why each kernel is what it is (as `temper explain`)")
+def model_explain(
+    model_id: str,
+    principal: PrincipalDep,
+    services: ServicesDep,
+    node: Annotated[
+        str | None, Query(max_length=255, description="Only the kernel running this ONNX node (or kernel).")
+    ] = None,
+    shapes: Annotated[str | None, Query(description="Input shapes as JSON (default: the upload's).")] = None,
+    target: Target = "host",
+    opt_level: Annotated[int, Query(ge=0, le=3)] = 3,
+    use_tuned: Annotated[bool, Query(description="Schedule kernels with the best tuning records.")] = True,
+    profile: Annotated[
+        bool, Query(description="Compile, run on random inputs and time each kernel.")
+    ] = False,
+) -> dict[str, Any]:
+    """For every kernel: the ONNX nodes it fused, the passes that rewrote them, the implementations
+    available on the target and the one chosen with the rules' reasons, its schedule rule (and any
+    fallback), the schedule's source (default, tuning record with its times, override), its
+    decisions, FLOPs and, with `profile`, its measured time."""
+    info = model_or_404(services, principal, model_id)
+    bound = parse_shapes(shapes)
+    if bound is None:
+        bound = dict((info.summary or {}).get("shapes") or {})
+    options = CompileOptions(
+        target=target, opt_level=opt_level, shapes={k: tuple(v) for k, v in bound.items()}
     )
+    data = services.blobs.read_bytes(info.blob_key)
+    url = services.settings.database_url if use_tuned else None
+    result: dict[str, Any] = sandboxed(
+        services, explain_json, data, options, node, url, profile, what="explain"
+    )
+    return result

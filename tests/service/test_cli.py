@@ -416,3 +416,40 @@ def test_inspect_schedules_as_compile_does(runner: CliRunner, tmp_path: Path) ->
     )
     (default,) = (default_ir / "kernels").glob("*.scheduled.py")
     assert untuned.stdout.strip() == default.read_text().strip()
+
+
+def test_explain_text_json_node_and_profile(runner: CliRunner, tmp_path: Path) -> None:
+    import json
+
+    model = tmp_path / "mlp.onnx"
+    _mlp_model(model)
+    result = runner.invoke(app, ["explain", str(model), "--profile"])
+    assert result.exit_code == 0, result.output
+    for word in (
+        "target ",
+        "passes ",
+        "nodes ",
+        "matmul (MatMul -> matmul)",
+        "rule ",
+        "schedule ",
+        "measured",
+    ):
+        assert word in result.stdout, word
+    as_json = runner.invoke(app, ["explain", str(model), "--json", "--node", "relu"])
+    assert as_json.exit_code == 0, as_json.output
+    (kernel,) = json.loads(as_json.stdout)["kernels"]
+    assert [n["node"] for n in kernel["nodes"]] == ["matmul", "add", "relu"]
+    _assert_user_error(runner.invoke(app, ["explain", str(model), "--node", "rellu"]), "closest: relu")
+
+
+def test_ops_lists_every_supported_op(runner: CliRunner) -> None:
+    import json
+
+    from compiler.frontend.onnx import CONVERTERS
+
+    table = runner.invoke(app, ["ops"])
+    assert table.exit_code == 0, table.output
+    assert table.stdout.startswith("| op | domain | opsets | dtypes | restriction |")
+    assert "| Conv | ai.onnx |" in table.stdout
+    listed = {op["name"] for op in json.loads(runner.invoke(app, ["ops", "--json"]).stdout)["ops"]}
+    assert {"Conv", "MatMul", "Softmax", "Resize"} <= listed <= set(CONVERTERS)

@@ -159,3 +159,36 @@ def test_subprocess_error_line(filled: str, tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {bad}, line 1: unsupported records format version 9")
     assert "Traceback" not in done.stderr
+
+
+def test_list_shows_ids_kernels_times_and_the_best_records(runner: CliRunner, filled: str) -> None:
+    result = runner.invoke(app, ["records", "list", "--db", filled, "--json"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    assert listed["total"] == 3
+    rows = listed["records"]
+    assert {r["target_key"] for r in rows} == {"znver3-abc", "skylake-def"}
+    assert all(r["id"] and r["seconds"] > 0 and r["created"] and r["name"] for r in rows)
+    table = runner.invoke(app, ["records", "list", "--db", filled])
+    assert table.exit_code == 0 and "3 record(s)" in table.stdout
+    for r in rows:
+        assert str(r["id"]) in table.stdout
+    one = runner.invoke(app, ["records", "list", "--db", filled, "--target", "skylake-def", "--json"])
+    assert [r["target_key"] for r in json.loads(one.stdout)["records"]] == ["skylake-def"]
+    best = json.loads(runner.invoke(app, ["records", "list", "--db", filled, "--best", "--json"]).stdout)
+    pairs = [(r["workload_key"], r["target_key"]) for r in best["records"]]
+    assert len(pairs) == len(set(pairs)) == 3
+
+
+def test_targets_are_named_and_unknown_ones_are_errors(
+    runner: CliRunner, filled: str, tmp_path: Path
+) -> None:
+    targets = runner.invoke(app, ["records", "targets", "--db", filled])
+    assert targets.exit_code == 0, targets.output
+    assert "znver3-abc" in targets.stdout and "another machine's feature set" in targets.stdout
+    for command in (["list"], ["export", str(tmp_path / "x.jsonl")]):
+        unknown = runner.invoke(app, ["records", *command, "--db", filled, "--target", "pentium9"])
+        _user_error(unknown, "unknown target 'pentium9'")
+        absent = runner.invoke(app, ["records", *command, "--db", filled, "--target", "haswell"])
+        _user_error(absent, "no records of target haswell-", "targets with records: ")
+    assert not (tmp_path / "x.jsonl").exists()

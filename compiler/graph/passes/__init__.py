@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from compiler.graph.ir import Graph
+from compiler.graph.passes import alter_layout, conv_algorithm, pointwise_matmul
 from compiler.graph.passes.alter_layout import alter_conv_layout
 from compiler.graph.passes.conv_algorithm import choose_conv_algorithm
 from compiler.graph.passes.eliminate import common_subexpression_elimination, dead_code_elimination
@@ -93,6 +94,26 @@ PASSES_BY_LEVEL: dict[int, list[tuple[str, Pass]]] = {0: _LEVEL_0, 1: _LEVEL_1, 
 PARTITIONS = ("one_kernel_per_op", "fuse_ops")
 
 
+# which pass may turn which graph op into which (each pass module declares its REWRITES)
+REWRITING_PASSES = {
+    "alter_layout": alter_layout.REWRITES,
+    "conv_algorithm": conv_algorithm.REWRITES,
+    "pointwise_conv_to_matmul": pointwise_matmul.REWRITES,
+}
+
+
+def implementations(op: str) -> list[tuple[str, str]]:
+    """The graph ops a node imported as `op` may run as, each with the pass that makes it ("" for
+    `op` itself): the implementations the passes choose between."""
+    found = [(op, "")]
+    for current, _ in found:
+        for name, rewrites in REWRITING_PASSES.items():
+            target = rewrites.get(current)
+            if target is not None and all(target != seen for seen, _ in found):
+                found.append((target, name))
+    return found
+
+
 def optional_passes() -> list[str]:
     """Every pass a user may turn off: all but the partition that makes kernels."""
     return [name for name, _ in PASSES_BY_LEVEL[3] if name not in PARTITIONS]
@@ -143,6 +164,7 @@ __all__ = [
     "fold_batch_norm",
     "fold_constants",
     "fuse_ops",
+    "implementations",
     "one_kernel_per_op",
     "optional_passes",
     "partition",

@@ -29,6 +29,8 @@ from compiler.ops.conv2d_blocked import pack_weight
 from compiler.ops.layout import PLANAR, blocked_layout, to_blocked
 from compiler.ops.registry import Pattern
 
+# graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
+REWRITES = {"conv2d": "conv2d_nchwc"}
 _SPATIAL_REDUCTIONS = ("reduce_mean", "reduce_max", "reduce_sum")
 _POOLS = ("max_pool2d", "avg_pool2d")
 _LAYOUT_DEPENDENT = ("batch_norm",)  # BROADCAST ops whose operands are not numpy-broadcast

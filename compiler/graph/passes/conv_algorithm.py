@@ -17,6 +17,8 @@ from __future__ import annotations
 from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of
 from compiler.ops.conv2d_winograd import KERNEL, transform_weight
 
+# graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
+REWRITES = {"conv2d_nchwc": "conv2d_winograd_nchwc"}
 # channels on each side below which the tile transforms cost more than the multiplications saved
 MIN_CHANNELS = 32
 # output tiles of 4x4 need at least this output size on each side (else 2x2 tiles: less padding

@@ -21,6 +21,8 @@ from compiler.graph.ir import Call, Const, Expr, Graph, TensorType, rewrite
 from compiler.ops import registry
 from compiler.ops.registry import Pattern
 
+# graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
+REWRITES = {"conv2d": "matmul"}
 # planes whose size is a multiple of this (16 float lanes of AVX-512, two vectors of AVX2) and at
 # least MIN_PLANE points; inputs of at least MIN_CHANNELS channels (fewer make a reduction too
 # short for the panel copy to pay for itself)

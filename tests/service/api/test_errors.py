@@ -132,6 +132,7 @@ V1_ROUTES = [
     ("GET", f"/v1/models/{UNKNOWN_ID}"),
     ("DELETE", f"/v1/models/{UNKNOWN_ID}"),
     ("GET", f"/v1/models/{UNKNOWN_ID}/ir?stage=graph"),
+    ("GET", f"/v1/models/{UNKNOWN_ID}/explain"),
     ("GET", "/v1/compilations"),
     ("POST", "/v1/compilations"),
     ("GET", f"/v1/compilations/{UNKNOWN_ID}"),
@@ -227,6 +228,7 @@ def test_other_tenants_ids_are_404(
             ("GET", f"/v1/models/{model_id}"),
             ("DELETE", f"/v1/models/{model_id}"),
             ("GET", f"/v1/models/{model_id}/ir?stage=graph"),
+            ("GET", f"/v1/models/{model_id}/explain"),
             ("GET", f"/v1/compilations/{comp_id}"),
             ("POST", f"/v1/compilations/{comp_id}/cancel"),
             ("GET", f"/v1/tuning-jobs/{tune_id}"),
@@ -278,6 +280,7 @@ def test_unknown_ids_are_404(
             ("GET", "/v1/models/{}"),
             ("DELETE", "/v1/models/{}"),
             ("GET", "/v1/models/{}/ir?stage=graph"),
+            ("GET", "/v1/models/{}/explain"),
             ("GET", "/v1/compilations/{}"),
             ("POST", "/v1/compilations/{}/cancel"),
             ("GET", "/v1/tuning-jobs/{}"),
@@ -523,7 +526,33 @@ def test_list_filters_are_checked(http: httpx.Client, keys: dict[str, str]) -> N
     assert_error(bad, 422, "invalid_request", "state", "queued")
 
 
-# --- the IR endpoint ----------------------------------------------------------------------------------
+# --- the IR and explain endpoints -------------------------------------------------------------------
+
+
+def test_explain_endpoint_and_its_errors(
+    http: httpx.Client, keys: dict[str, str], alice_model: dict[str, Any]
+) -> None:
+    headers = auth(keys["alice"])
+    path = f"/v1/models/{alice_model['id']}/explain"
+    response = http.get(path, headers=headers, params={"profile": "true"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["target"]["key"] and "fuse_ops" in body["passes"]
+    kernels = body["kernels"]
+    assert kernels and all(k["rule"] and k["schedule"]["source"] == "default" for k in kernels)
+    assert all(k["measured_s"] > 0 for k in kernels)
+    node = kernels[0]["nodes"][0]["node"]
+    one = http.get(path, headers=headers, params={"node": node}).json()["kernels"]
+    assert [k["kernel"] for k in one] == [kernels[0]["kernel"]]
+    assert_error(
+        http.get(path, headers=headers, params={"node": node + "X"}),
+        422,
+        "unknown_node",
+        "no ONNX node and no kernel",
+        "closest",
+    )
+    assert_error(http.get(path, headers=headers, params={"target": "pentium9000"}), 422, "compile_error")
+
 
 
 def test_ir_stages_and_their_errors(

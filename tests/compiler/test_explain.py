@@ -1,0 +1,145 @@
+"""`explain`: every kernel's nodes, the passes that rewrote them, the implementation chosen and why,
+its schedule rule (and fallback) and schedule source, as compile builds it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from compiler.errors import OverrideError, UnknownNodeError
+from compiler.explain import explain_model, profile_kernels
+from compiler.kernels import ScheduleChoice, build_kernel, choose_rule
+from compiler.pipeline import CompileOptions, build_frontier
+
+
+def _model(channels: int = 32) -> bytes:
+    """conv (blocked by alter_layout) + batch norm (folded) + relu, then an average pool (an op
+    family with no schedule rule of its own) and a 3x3 conv big enough for Winograd."""
+    rng = np.random.default_rng(0)
+    c = channels
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((c, 8, 3, 3)).astype(np.float32) * 0.1, "w1"),
+        numpy_helper.from_array(rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.1, "w2"),
+        *(numpy_helper.from_array(np.full(c, v, np.float32), n) for n, v in [("s", 1.5), ("b", 0.1)]),
+        *(numpy_helper.from_array(np.full(c, v, np.float32), n) for n, v in [("m", 0.2), ("v", 2.0)]),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["n1"], name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+        helper.make_node("AveragePool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("Conv", ["p1", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "explained",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 16, 16])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _kernel_of(explanation: Any, node: str) -> Any:
+    return next(k for k in explanation.kernels if any(n.node == node for n in k.nodes))
+
+
+def test_a_rewritten_conv_shows_its_passes_implementations_and_reasons() -> None:
+    e = explain_model(_model())
+    conv = _kernel_of(e, "conv1")
+    assert conv.implementation == "conv2d_nchwc"
+    assert "alter_layout: conv2d -> conv2d_nchwc" in conv.passes
+    assert any(p.startswith("fold_batch_norm: batch_norm") for p in conv.passes)
+    assert {n.node: n.onnx_op for n in conv.nodes} == {
+        "conv1": "Conv",
+        "bn1": "BatchNormalization",
+        "relu1": "Relu",
+    }
+    assert "conv2d_winograd_nchwc (by conv_algorithm)" in conv.implementations
+    assert any(w.startswith("alter_layout: runs blocked") for w in conv.why)
+    assert any(w.startswith("conv_algorithm: stays direct") for w in conv.why)  # 8 input channels
+    assert conv.rule == "conv2d_nchwc" and conv.rules == ("conv2d_nchwc", "generic") and conv.fallback is None
+    assert conv.schedule["source"] == "default" and conv.decisions
+    wino = _kernel_of(e, "conv2")
+    assert wino.implementation == "conv2d_winograd_nchwc"
+    assert "conv_algorithm: conv2d_nchwc -> conv2d_winograd_nchwc" in wino.passes
+    assert any(w.startswith("conv_algorithm: Winograd F(2x2, 3x3)") for w in wino.why)
+
+
+def test_a_kernel_of_an_op_family_without_a_rule_says_it_fell_back_to_the_generic_rule() -> None:
+    e = explain_model(_model())
+    pool = _kernel_of(e, "pool")
+    assert pool.rule == "generic" and pool.rules == ("generic",)
+    assert pool.fallback is not None and "has no schedule rule of its own" in pool.fallback
+    assert "fallback" in e.text() and "pool" in e.text()
+
+
+def test_a_family_rule_that_cannot_apply_leaves_its_reason_in_the_provenance() -> None:
+    """A workload whose anchor stage was inlined away cannot take its family's rule: the generic rule
+    schedules it, and the provenance (the manifest, explain) says why."""
+    fr = build_frontier(_model(), CompileOptions())
+    w = next(fr.workloads[id(c)] for c in fr.groups if fr.workloads[id(c)].anchor_op == "conv2d_nchwc")
+    orphan = replace(w, info=replace(w.info, anchor_block=None))
+    _, rule, fallback = choose_rule(orphan)
+    assert rule == "generic" and fallback is not None and "conv2d_nchwc rule" in fallback
+    kernel = build_kernel(orphan, "orphan")
+    assert kernel.provenance["rule"] == "generic" and kernel.provenance["fallback"] == fallback
+
+
+class _Records:
+    def __init__(self, choices: dict[str, ScheduleChoice]) -> None:
+        self.choices = choices
+
+    def lookup(self, workload_key: str, target_key: str) -> ScheduleChoice | None:
+        return self.choices.get(workload_key)
+
+
+def test_schedule_sources_records_and_overrides() -> None:
+    model = _model()
+    fr = build_frontier(model, CompileOptions())
+    conv1 = next(fr.workloads[id(c)] for c in fr.groups if "conv1" in fr.workloads[id(c)].nodes)
+    trace = build_kernel(conv1, conv1.func.name).trace
+    record = ScheduleChoice(trace, {"source": "record", "record_id": 42, "measured_s": 1e-4, "model_s": 2e-4})
+    e = explain_model(model, CompileOptions(), _Records({conv1.key: record}))
+    conv = _kernel_of(e, "conv1")
+    assert (
+        conv.schedule["record_id"] == 42 and "record #42, 0.100 ms alone, 0.200 ms in the model" in e.text()
+    )
+    pinned = CompileOptions(
+        overrides={"relu1": ScheduleChoice(trace, {"source": "override", "file": "t.json"})}
+    )
+    conv = _kernel_of(explain_model(model, pinned), "conv1")
+    assert conv.schedule["source"] == "override" and conv.schedule["pinned_by"] == "relu1"
+
+
+def test_node_filter_and_unknown_names() -> None:
+    model = _model()
+    e = explain_model(model, node="bn1")
+    assert [n.node for k in e.kernels for n in k.nodes] == ["conv1", "bn1", "relu1"]
+    by_kernel = explain_model(model, node=e.kernels[0].kernel)
+    assert [k.kernel for k in by_kernel.kernels] == [e.kernels[0].kernel]
+    with pytest.raises(UnknownNodeError, match="closest: conv1") as info:
+        explain_model(model, node="conv_1")
+    assert not isinstance(info.value, OverrideError)
+    fr = build_frontier(model, CompileOptions())
+    trace = build_kernel(fr.workloads[id(fr.groups[0])], "k").trace
+    with pytest.raises(OverrideError):
+        explain_model(
+            model, CompileOptions(overrides={"nope": ScheduleChoice(trace, {"source": "override"})})
+        )
+
+
+def test_json_and_profile() -> None:
+    model = _model()
+    timed = profile_kernels(model, CompileOptions(), repeat=2)
+    e = explain_model(model, profile=timed)
+    data = json.loads(json.dumps(e.to_json()))
+    assert [k["kernel"] for k in data["kernels"]] == [k.kernel for k in e.kernels]
+    assert data["target"]["key"] and data["passes"][-1] == "fuse_ops"
+    assert all(k["measured_s"] is not None and k["measured_s"] > 0 for k in data["kernels"])
+    assert "measured" in e.text()
