@@ -314,7 +314,12 @@ def tune_command(
     model: ModelArg,
     shape: ShapeOpt = None,
     trials: Annotated[
-        int, typer.Option("--trials", min=1, help="Total measured candidates (all tasks).")
+        int,
+        typer.Option(
+            "--trials",
+            min=1,
+            help="Candidates to measure in this run, all tasks together (recorded ones not counted).",
+        ),
     ] = 64,
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0.0, metavar="MIN", help="Stop after this many minutes.")
@@ -330,8 +335,8 @@ def tune_command(
 ) -> None:
     """Tune a model's kernels for the target; every measurement is recorded in the database.
 
-    --trials is the total budget, records from earlier runs included: re-running a stopped run
-    continues where it stopped, and recorded candidates are never measured again.
+    --trials is how many candidates this run measures (as for a tuning job over HTTP): records
+    already in the database are kept, used and never measured again, but not counted.
     """
     shapes = parse_shapes(shape)
     if server is not None:
@@ -350,9 +355,11 @@ def tune_command(
                 console=out,
             )
         final = remote.ProgressView.from_json(job.progress.model_dump() if job.progress else {})
-        from service.progress import confirmation_lines
+        from service.progress import confirmation_lines, stop_line
 
-        for line in confirmation_lines(final.confirmation):
+        for line in [stop_line(final), *confirmation_lines(final.confirmation)]:
+            if line is None:
+                continue
             out.print(line, markup=False, soft_wrap=True)
         out.print(
             f"tuned {final.trials_done} candidate(s); estimated latency "
@@ -376,12 +383,14 @@ def tune_command(
             final = tune(
                 model, options, database, topts, on_progress=lambda p: live.update(render(p), refresh=True)
             )
-    from service.progress import confirmation_lines
+    from service.progress import confirmation_lines, stop_line
 
-    for line in confirmation_lines(final.confirmation):
-        out.print(line, markup=False, soft_wrap=True)
+    for line in [stop_line(final), *confirmation_lines(final.confirmation)]:
+        if line is not None:
+            out.print(line, markup=False, soft_wrap=True)
+    kept = f" ({final.trials_base} recorded earlier, not measured again)" if final.trials_base else ""
     out.print(
-        f"tuned {final.trials_done} candidate(s); estimated latency "
+        f"tuned {final.trials_done} candidate(s){kept}; estimated latency "
         f"{final.estimated_latency_s * 1e3:.3f} ms; records in {_db_url(db)}",
         markup=False,
         soft_wrap=True,

@@ -57,6 +57,12 @@ def render(progress: Any) -> Group:
     return Group(header, table)
 
 
+def stop_line(progress: Any) -> str | None:
+    """Why the search ended, for the line the CLI prints after a run (None while it runs)."""
+    reason = getattr(progress, "stop_reason", None)
+    return f"search stopped: {reason}" if reason else None
+
+
 def confirmation_lines(confirmation: Any) -> list[str]:
     """What the in-model check after the search found, for the end of `temper tune`."""
     if not confirmation:

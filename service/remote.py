@@ -59,6 +59,7 @@ class ProgressView:
     finished: bool
     phase: str = "search"
     confirmation: Mapping[str, Any] | None = None
+    stop_reason: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProgressView:
@@ -86,6 +87,7 @@ class ProgressView:
             finished=bool(data.get("finished")),
             phase=str(data.get("phase") or "search"),
             confirmation=data.get("confirmation"),
+            stop_reason=None if data.get("stop_reason") is None else str(data["stop_reason"]),
         )
 
 

@@ -103,7 +103,13 @@ class TuningJobIn(_Request):
     shapes: Shapes | None = Field(None, description="Input shapes; default: those bound at upload.")
     target: Target = "host"
     opt_level: int = Field(3, ge=0, le=3)
-    trials: int = Field(64, ge=1, le=100_000, description="Measured candidates over all tasks.")
+    trials: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="Candidates this job measures over all tasks (as `temper tune --trials`): records "
+        "already in the database are used and never measured again, but not counted.",
+    )
     time_budget_s: float | None = Field(None, gt=0, le=7 * 24 * 3600, description="Wall-clock budget.")
     batch: int = Field(8, ge=1, le=256, description="Candidates measured per round.")
     seed: int = Field(0, ge=0, le=2**31 - 1)
@@ -158,6 +164,14 @@ class ProgressOut(_Response):
     finished: bool = False
     phase: str = Field("search", description="'search', then 'confirm' while finalists run in the model.")
     confirmation: ConfirmationOut | None = None
+    trials_base: int = Field(
+        0, description="Records of the model's kernels there before the job (not counted)."
+    )
+    stop_reason: str | None = Field(
+        None,
+        description="Why the search ended: 'budget: ...', 'time budget: ...', 'converged: ...', "
+        "'space exhausted: ...' or 'cancelled' (null while it runs).",
+    )
 
 
 class _JobOut(_Response):

@@ -57,27 +57,28 @@ def default_worker_id() -> str:
 
 
 def progress_to_json(
-    progress: Any, *, elapsed_offset: float = 0.0, trials_base: int = 0, trials_at_start: int = 0
+    progress: Any, *, elapsed_offset: float = 0.0, trials_base: int | None = None, trials_at_start: int = 0
 ) -> dict[str, Any]:
     """A tuner.tune.Progress as the JSON a tuning job stores (infinities and NaN become null).
 
-    The tuner counts every record of the model's tasks; a job counts its own: `trials_base` records
-    were there before the job began and are subtracted (and kept, as "trials_base", so a worker
-    taking the job over keeps the same budget). `elapsed_offset` and `trials_at_start` are the time
-    spent and trials done by the job's earlier attempts.
+    The tuner counts the trials of its own run, as a job counts its own. A job taken over by another
+    worker continues with what is left: `trials_at_start` trials and `elapsed_offset` seconds were
+    spent by its earlier attempts, and `trials_base` (the records there before the job began) is
+    kept from its first attempt.
     """
 
     def num(value: float | None) -> float | None:
         return None if value is None or not math.isfinite(value) else float(value)
 
-    done = max(0, int(progress.trials_done) - trials_base)
-    total = max(0, int(progress.trials_total) - trials_base)
-    measured_now = done - trials_at_start
+    measured_now = int(progress.trials_done)
+    done = trials_at_start + measured_now
+    total = trials_at_start + int(progress.trials_total)
     eta = progress.elapsed_s / measured_now * max(0, total - done) if measured_now > 0 else None
+    base = int(getattr(progress, "trials_base", 0)) if trials_base is None else trials_base
     return {
         "trials_done": done,
         "trials_total": total,
-        "trials_base": trials_base,
+        "trials_base": base,
         "elapsed_s": float(progress.elapsed_s) + elapsed_offset,
         "eta_s": None if progress.finished else num(eta),
         "estimated_latency_s": num(progress.estimated_latency_s),
@@ -94,10 +95,11 @@ def progress_to_json(
             }
             for t in progress.tasks
         ],
-        "curve": [[max(0, int(trials) - trials_base), num(latency)] for trials, latency in progress.curve],
+        "curve": [[trials_at_start + int(trials), num(latency)] for trials, latency in progress.curve],
         "finished": bool(progress.finished),
         "phase": str(getattr(progress, "phase", "search")),
         "confirmation": getattr(progress, "confirmation", None),
+        "stop_reason": getattr(progress, "stop_reason", None),
     }
 
 
@@ -375,15 +377,14 @@ class Worker:
         options = _compile_options(params, self.settings.target, {})
         model = self._model_bytes(job)
         previous = job.progress or {}
-        # `trials` is what this job measures: records already there (other jobs, earlier runs) do
-        # not count, except those of the job's own earlier attempts
+        # `trials` is what this job measures (as on the CLI); an attempt taking the job over measures
+        # what its earlier attempts left
         base = previous.get("trials_base")
-        if not isinstance(base, int):
-            base = self._recorded_trials(model, options)
+        measured = int(previous.get("trials_done") or 0)
         carried = {
             "elapsed_offset": float(previous.get("elapsed_s") or 0.0),
-            "trials_base": base,
-            "trials_at_start": int(previous.get("trials_done") or 0),
+            "trials_base": base if isinstance(base, int) else None,
+            "trials_at_start": measured,
         }
         budget = params.get("time_budget_s")
         trials = _positive_int(params, "trials", DEFAULT_TRIALS)
@@ -391,7 +392,7 @@ class Worker:
         left = self._time_left(job)
         timeout = left if budget is None else min(left, max(0.0, float(budget) - carried["elapsed_offset"]))
         topts = TuneOptions(
-            trials=base + trials,
+            trials=max(0, trials - measured),
             timeout_s=timeout,
             batch=_positive_int(params, "batch", min(DEFAULT_BATCH, trials)),
             seed=int(params.get("seed", 0)),
@@ -416,14 +417,6 @@ class Worker:
         if ctl.stopped_early:
             return _Outcome("succeeded", release=True)
         return _Outcome("succeeded", result=result)
-
-    def _recorded_trials(self, model: bytes, options: Any) -> int:
-        """How many records the database holds for the model's tasks on the target (what tune counts)."""
-        from compiler.target import parse_target
-        from tuner.task import extract_tasks
-
-        target_key = parse_target(options.target).key
-        return sum(len(self.db.records(task.key, target_key)) for task in extract_tasks(model, options))
 
     def _progress_writer(self, job: JobInfo, carried: Mapping[str, Any]) -> Callable[[Any], None]:
         def write(progress: Any) -> None:

@@ -31,7 +31,9 @@ from tuner.workloads import describe, rebuild
 
 @dataclass(frozen=True)
 class TuneOptions:
-    trials: int = 64  # total measured candidates over all tasks (defaults and earlier runs included)
+    # candidates this run measures, over all tasks: what the database already holds for the model is
+    # kept, never measured again, and not counted (so `trials` means the same on the CLI and over HTTP)
+    trials: int = 64
     timeout_s: float | None = None  # wall-clock budget
     batch: int = 8  # candidates per round
     epsilon: float = 0.2  # share of each batch picked at random (exploration)
@@ -70,6 +72,9 @@ class Progress:
     finished: bool = False
     phase: str = "search"  # "search", then "confirm" while the finalists are timed in the model
     confirmation: dict[str, Any] | None = None  # tuner.confirm.summary(), or {"error": ...}
+    trials_base: int = 0  # records of the model's tasks that were in the database before this run
+    # why the search ended (None while it runs): see STOP_REASONS
+    stop_reason: str | None = None
 
     @property
     def eta_s(self) -> float | None:
@@ -160,9 +165,12 @@ def tune(
     warm_start(cost_model, db, tasks, target)
     sched = TaskScheduler(states, patience=topts.patience)
     start = time.monotonic()
-    # the budget counts what is already recorded: a killed run re-run with the same budget finishes it
-    done = sum(st.trials for st in states)
+    base = sum(st.trials for st in states)  # recorded before this run: kept, not counted
+    done = base
+    budget = base + topts.trials
     curve: list[tuple[int, float]] = []
+    exhausted: set[str] = set()  # tasks whose space has no untried candidate left
+    stop_reason: str | None = None
 
     confirmation: dict[str, Any] | None = None
     phase = "search"
@@ -175,7 +183,7 @@ def tune(
             for s in states
         ]
         return Progress(
-            done,
+            done - base,
             topts.trials,
             time.monotonic() - start,
             sched.estimated_latency(),
@@ -184,14 +192,19 @@ def tune(
             finished,
             phase,
             confirmation,
+            base,
+            stop_reason,
         )
 
     def out_of_budget() -> bool:
-        if done >= topts.trials:
-            return True
-        if topts.timeout_s is not None and time.monotonic() - start >= topts.timeout_s:
-            return True
-        return bool(should_stop and should_stop())
+        nonlocal stop_reason
+        if should_stop and should_stop():
+            stop_reason = "cancelled"
+        elif done >= budget:
+            stop_reason = f"budget: {done - base} trial(s) measured"
+        elif topts.timeout_s is not None and time.monotonic() - start >= topts.timeout_s:
+            stop_reason = f"time budget: {topts.timeout_s:g} s spent"
+        return stop_reason is not None
 
     def run_batch(state: TaskState, traces: list[Trace]) -> None:
         nonlocal done
@@ -232,22 +245,24 @@ def tune(
             run_batch(st, [d])
             sched.record_round(st, before)
         st.default_secs = st.secs_by_hash.get(_hash(d), float("inf"))
-    curve.append((done, sched.estimated_latency()))
+    curve.append((done - base, sched.estimated_latency()))
     if on_progress:
         on_progress(snapshot())
     while not out_of_budget():
         st = sched.next()
         if st is None:
+            stop_reason = _converged(states, exhausted, topts.patience)
             break
-        n = min(topts.batch, topts.trials - done)
+        n = min(topts.batch, budget - done)
         cands = propose(st, cost_model, n, rng, topts.epsilon)
         if not cands:
             st.rounds_without_gain = topts.patience  # space exhausted
+            exhausted.add(st.task.key)
             continue
         before = st.best_secs
         run_batch(st, [c.trace for c in cands])
         sched.record_round(st, before)
-        curve.append((done, sched.estimated_latency()))
+        curve.append((done - base, sched.estimated_latency()))
         if on_progress:
             on_progress(snapshot())
     if topts.confirm and not (should_stop and should_stop()):
@@ -262,6 +277,15 @@ def tune(
     if on_progress:
         on_progress(final)
     return final
+
+
+def _converged(states: list[TaskState], exhausted: set[str], patience: int) -> str:
+    """Why the scheduler has no task left to tune."""
+    if all(s.task.key in exhausted for s in states):
+        return "space exhausted: every task's candidates have all been measured"
+    spent = sum(s.task.key in exhausted for s in states)
+    detail = f" ({spent} of them had no untried candidate left)" if spent else ""
+    return f"converged: every task went {patience} rounds without improving{detail}"
 
 
 def _confirm(

@@ -119,6 +119,7 @@ def test_each_tuning_job_measures_its_own_budget(worker: Worker) -> None:
     assert progress is not None and _get(worker.db, first).state == "succeeded"
     assert (progress["trials_done"], progress["trials_total"], progress["trials_base"]) == (3, 3, 2)
     assert progress["curve"][-1][0] == 3
+    assert progress["stop_reason"] == "budget: 3 trial(s) measured"  # as `temper tune` prints it
 
 
 def test_compile_without_tuned_records_and_with_an_override(worker: Worker) -> None:

@@ -168,8 +168,45 @@ def test_killed_tuning_run_resumes_without_losing_or_remeasuring(tmp_path: Path)
     after = {r.id: (r.workload_key, r.trace_hash) for r in db.iter_records()}
     assert set(before) <= set(after)  # nothing committed was lost
     assert len(set(after.values())) == len(after)  # no trace measured twice
-    # the resumed run spent at most the rest of the budget (it stops early when every task converged)
-    assert len(before) < len(after) <= 40
+    # the resumed run measured new candidates only, at most its own budget (fewer when every task
+    # converged); what the killed run recorded is kept and not counted
+    assert len(before) < len(after) <= len(before) + 40
+    assert "search stopped: " in done.stdout
+
+
+def _relu_model() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_trials_count_this_runs_measurements_and_the_stop_reason_says_why(tmp_path: Path) -> None:
+    model = twin_conv_model().SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    first = tune(model, CompileOptions(), db, TuneOptions(trials=5, batch=2, confirm=False))
+    assert (first.trials_done, first.trials_total, first.trials_base) == (5, 5, 0)
+    assert first.stop_reason == "budget: 5 trial(s) measured"
+    again = tune(model, CompileOptions(), db, TuneOptions(trials=4, batch=2, confirm=False))
+    assert (again.trials_done, again.trials_base) == (4, 5)  # 4 more, the 5 recorded kept
+    assert sum(1 for _ in db.iter_records()) == 9
+    stopped = tune(
+        model, CompileOptions(), db, TuneOptions(trials=4, confirm=False), should_stop=lambda: True
+    )
+    assert stopped.stop_reason == "cancelled" and stopped.trials_done == 0
+
+
+def test_a_small_space_ends_the_search_early_and_says_so(tmp_path: Path) -> None:
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    final = tune(
+        _relu_model(), CompileOptions(), db, TuneOptions(trials=500, batch=4, patience=2, confirm=False)
+    )
+    assert final.trials_done < 500
+    assert final.stop_reason is not None
+    assert final.stop_reason.startswith(("converged: every task went 2 rounds", "space exhausted"))
 
 
 def test_second_model_warm_starts_from_the_first_models_records(tmp_path: Path) -> None:
