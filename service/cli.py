@@ -791,12 +791,21 @@ def keys_create_command(
     with user_errors(), storage_errors():
         from storage import SqlDatabase
         from storage import service_repo as repo
+        from storage.session import display_url
 
+        url = _db_url(db)
         try:
-            with SqlDatabase(_db_url(db)) as database, database.write_session() as session:
+            with SqlDatabase(url) as database, database.write_session() as session:
                 key, info = repo.create_api_key(session, tenant, is_admin=admin)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="'--tenant'") from None
+    # which database: a server started with another data directory or URL does not know the key
+    err.print(
+        f"stored in {display_url(url)}: a server finds this key when it uses the same database "
+        "(the same TEMPER_DATA_DIR or TEMPER_DATABASE_URL, or --db)",
+        markup=False,
+        soft_wrap=True,
+    )
     kind = "admin key" if info.is_admin else "key"
     typer.echo(f"created {kind} {info.id} for tenant {info.tenant_name!r} (shown only now): {key}")
 

@@ -367,6 +367,7 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
     problems: list[str] = []
     hints: list[str] = []
     symbols: dict[str, tuple[int, str]] = {}
+    symbolic: set[str] = set()  # the dynamic dims the hint binds to 1
     out: list[Var] = []
     for name in names:
         declared = declared_dims(by_name[name])
@@ -375,7 +376,7 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
             _check_binding(name, declared, dims, symbols)
         elif declared is None:
             problems.append(f"input {name!r} has an unknown rank")
-            hints.append(f"{name}=<dims>")
+            hints.append(f"{name}=D1,D2,...")
             continue
         elif any(isinstance(d, str) for d in declared):
             problems += [
@@ -383,7 +384,8 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
                 for i, d in enumerate(declared)
                 if isinstance(d, str)
             ]
-            hints.append(f"{name}={','.join(str(d) for d in declared)}")
+            symbolic.update(d for d in declared if isinstance(d, str))
+            hints.append(f"{name}={','.join('1' if isinstance(d, str) else str(d) for d in declared)}")
             continue
         else:
             dims = [int(d) for d in declared]
@@ -393,6 +395,7 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
     if problems:
         raise ShapeError(
             f"{'; '.join(problems)}; pass the full input shapes, e.g. --shape {' --shape '.join(hints)}"
+            + (f" (1 for {', '.join(repr(d) for d in sorted(symbolic))})" if symbolic else "")
         )
     return out
 

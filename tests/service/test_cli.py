@@ -453,3 +453,25 @@ def test_ops_lists_every_supported_op(runner: CliRunner) -> None:
     assert "| Conv | ai.onnx |" in table.stdout
     listed = {op["name"] for op in json.loads(runner.invoke(app, ["ops", "--json"]).stdout)["ops"]}
     assert {"Conv", "MatMul", "Softmax", "Resize"} <= listed <= set(CONVERTERS)
+
+
+def test_the_hint_for_an_unbound_dim_is_accepted_as_it_is(runner: CliRunner, tmp_path: Path) -> None:
+    import re
+
+    model = tmp_path / "mlp.onnx"
+    _mlp_model(model, batch="N")
+    out = tmp_path / "a.temper"
+    result = runner.invoke(app, ["compile", str(model), "-o", str(out)])
+    _assert_user_error(result, "'N' is not bound", "(1 for 'N')")
+    hint = re.search(r"e\.g\. --shape (\S+)", result.stderr)
+    assert hint is not None and hint.group(1) == "x=1,4"
+    again = runner.invoke(app, ["compile", str(model), "-o", str(out), "--shape", hint.group(1)])
+    assert again.exit_code == 0, again.output
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    from service.config import Settings
+
+    readme = (REPO / "README.md").read_text()
+    for field in [*Settings.model_fields, "num_threads"]:
+        assert f"TEMPER_{field.upper()}" in readme, field

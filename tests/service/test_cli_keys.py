@@ -20,6 +20,7 @@ def test_keys_create_prints_the_key_last_and_stores_only_its_hash(tmp_path: Path
     result = runner.invoke(app, ["keys", "create", "--tenant", "acme"], env=_env(tmp_path))
     assert result.exit_code == 0, result.output
     key = result.stdout.split()[-1]
+    assert f"stored in sqlite:///{tmp_path / 'data' / 'temper.sqlite'}" in result.stderr  # which database
     admin = runner.invoke(app, ["keys", "create", "--tenant", "acme", "--admin"], env=_env(tmp_path))
     assert admin.exit_code == 0, admin.output
     admin_key = admin.stdout.split()[-1]
