@@ -163,12 +163,15 @@ def _explain(
     body_ops: dict[str, list[str]] = {}
     for call in _group_of(fr, k).body.calls():
         body_ops.setdefault(call.name, []).append(call.op)
-    nodes = tuple(NodeOrigin(n, fr.onnx_nodes.get(n, ""), tuple(body_ops.get(n, ()))) for n in w.nodes)
+    names = list(dict.fromkeys(w.nodes))  # a node may lower to several ops (a conv and its bias)
+    nodes = tuple(NodeOrigin(n, fr.onnx_nodes.get(n, ""), tuple(body_ops.get(n, ()))) for n in names)
     anchor = w.anchor_op
     alternatives: list[str] = []
     why: list[str] = []
     if anchor is not None:
-        origin = next((h for n in nodes if anchor in n.ops for h in [_first_op(fr, n.node)] if h), anchor)
+        origin = next(
+            (op for n in nodes if anchor in n.ops for op in _imported_as(fr, n.node, anchor)), anchor
+        )
         alternatives = [f"{op} (by {by})" if by else op for op, by in implementations(origin)]
         for n in nodes:
             why += reasons.get(n.node, [])
@@ -178,7 +181,7 @@ def _explain(
     return KernelExplanation(
         kernel=k.name,
         nodes=nodes,
-        passes=tuple(line for n in w.nodes for line in history.get(n, [])),
+        passes=tuple(line for n in names for line in history.get(n, [])),
         implementation=anchor or _pattern(nodes),
         implementations=tuple(alternatives),
         why=tuple(why),
@@ -224,12 +227,12 @@ def _history(fr: Frontier) -> dict[str, list[str]]:
     return out
 
 
-def _first_op(fr: Frontier, node: str) -> str | None:
-    """The graph op a node was imported as (None for a node a pass made)."""
+def _imported_as(fr: Frontier, node: str, anchor: str) -> list[str]:
+    """The graph op(s) a node was imported as from which the passes can reach `anchor`."""
     if not fr.after_pass:
-        return None
-    ops = _ops_by_name(fr.after_pass[0][1]).get(node)
-    return ops[0] if ops else None
+        return []
+    ops = _ops_by_name(fr.after_pass[0][1]).get(node, ())
+    return [op for op in ops if any(impl == anchor for impl, _ in implementations(op))]
 
 
 def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:

@@ -143,3 +143,25 @@ def test_json_and_profile() -> None:
     assert data["target"]["key"] and data["passes"][-1] == "fuse_ops"
     assert all(k["measured_s"] is not None and k["measured_s"] > 0 for k in data["kernels"])
     assert "measured" in e.text()
+
+
+def test_a_node_lowered_to_several_ops_is_listed_once_with_its_implementations() -> None:
+    """A Conv with a bias becomes conv2d + add under one node name: listed once, and what its conv
+    could run as is still found from the op it was imported as."""
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="biased")],
+        "biased",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    conv = _kernel_of(explain_model(model), "biased")
+    assert [n.node for n in conv.nodes] == ["biased"] and "add" in conv.nodes[0].ops
+    assert len(conv.passes) == len(set(conv.passes))
+    assert "conv2d_winograd_nchwc (by conv_algorithm)" in conv.implementations
