@@ -164,6 +164,31 @@ class Client:
             params["shapes"] = json.dumps(_shapes(shapes))
         return self._request("GET", f"/v1/models/{model_id}/ir", params=params).text
 
+    def explain(
+        self,
+        model_id: str,
+        *,
+        node: str | None = None,
+        shapes: Mapping[str, Sequence[int]] | None = None,
+        target: str = "host",
+        opt_level: int = 3,
+        use_tuned: bool = True,
+        profile: bool = False,
+    ) -> dict[str, Any]:
+        """`temper explain` for an uploaded model (compiler.explain.Explanation.to_json())."""
+        params: dict[str, Any] = {
+            "target": target,
+            "opt_level": opt_level,
+            "use_tuned": use_tuned,
+            "profile": profile,
+        }
+        if node is not None:
+            params["node"] = node
+        if shapes is not None:
+            params["shapes"] = json.dumps(_shapes(shapes))
+        result: dict[str, Any] = self._request("GET", f"/v1/models/{model_id}/explain", params=params).json()
+        return result
+
     # --- compilations --------------------------------------------------------------------------
 
     def create_compilation(

@@ -29,6 +29,8 @@ def test_every_client_method(start_server: Callable[..., LiveServer], tmp_path: 
         assert client.get_model(model.id) == model
         assert "for " in client.model_ir(model.id, "scheduled", kernel=model.tasks[0].name)
         assert "[3, 16]" in client.model_ir(model.id, "graph", shapes={"input": [3, 16]})
+        explained = client.explain(model.id, shapes={"input": [3, 16]})
+        assert explained["kernels"] and all(k["schedule"]["source"] for k in explained["kernels"])
 
         comp = client.create_compilation(model.id, opt_level=2, use_tuned=False)
         assert comp.state == "queued" and comp.params["opt_level"] == 2 and comp.params["use_tuned"] is False
