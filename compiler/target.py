@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -109,6 +111,22 @@ class Target:
             "cores": self.cores,
             "key": self.key,
         }
+
+
+@functools.cache
+def host_l2_bytes() -> int:
+    """This machine's total L2 (per-core size x cores, from sysfs, read once), 2 MiB per core where
+    it cannot be read."""
+    per_core = 0
+    with contextlib.suppress(OSError, ValueError):
+        for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")):
+            base = f"/sys/devices/system/cpu/cpu0/cache/{index}"
+            with open(f"{base}/level") as level, open(f"{base}/size") as size:
+                if level.read().strip() == "2":
+                    text = size.read().strip().upper()
+                    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+                    per_core = int(text.rstrip("KM")) * scale
+    return (per_core if per_core > 0 else 2 << 20) * (os.cpu_count() or 1)
 
 
 def init_llvm() -> None:

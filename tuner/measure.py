@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
@@ -36,7 +36,7 @@ import numpy as np
 
 from compiler.errors import ScheduleError
 from compiler.kernels import Candidate, build_candidate
-from compiler.target import Target
+from compiler.target import Target, host_l2_bytes
 from compiler.tir.trace import Trace
 from tuner._measure_child import die_with_parent, measure_child
 from tuner.records import ErrorKind
@@ -45,23 +45,10 @@ from tuner.task import Task, pack_inputs
 WORKER_DIED = "builder process died"
 
 
-def _l2_bytes() -> int:
-    """This machine's total L2 (per-core size x cores, from sysfs), 2 MiB per core where it cannot
-    be read."""
-    per_core = 0
-    with contextlib.suppress(OSError, ValueError):
-        for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")):
-            base = f"/sys/devices/system/cpu/cpu0/cache/{index}"
-            with open(f"{base}/level") as level, open(f"{base}/size") as size:
-                if level.read().strip() == "2":
-                    text = size.read().strip().upper()
-                    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-                    per_core = int(text.rstrip("KM")) * scale
-    return (per_core if per_core > 0 else 2 << 20) * (os.cpu_count() or 1)
-
-
-# four times the L2s: every buffer of a kernel has left the private caches before it is used again
-DEFAULT_ROTATE_BYTES = max(16 << 20, 4 * _l2_bytes())
+def default_rotate_bytes() -> int:
+    """Four times this machine's L2s: every buffer of a kernel has left the private caches before it
+    is used again."""
+    return max(16 << 20, 4 * host_l2_bytes())
 
 
 @dataclass(frozen=True)
@@ -100,7 +87,7 @@ class MeasureOptions:
     inputs_seed: int = 0  # Task.inputs(seed): the fixed inputs every candidate of a task runs on
     # timed calls rotate through copies of the buffers spanning this many bytes, so kernels are
     # timed with cold private caches as in a model (0: one copy, caches stay hot)
-    rotate_bytes: int = DEFAULT_ROTATE_BYTES
+    rotate_bytes: int = field(default_factory=default_rotate_bytes)
     # activation inputs are rewritten right before each timed call, in cache as after the kernel
     # that produces them in a model (False: they rotate cold like the weights)
     fresh_inputs: bool = True
