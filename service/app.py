@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 
 from compiler.version import __version__
 from service.config import Settings, get_settings
-from service.deps import Services
+from service.deps import Services, auth_error
 from service.errors import install_error_handlers
 from service.limits import MULTIPART_SLACK, BodyLimitMiddleware
 from service.metrics import JobCollector, Metrics, MetricsMiddleware
@@ -173,7 +173,7 @@ def create_app(settings: Settings) -> FastAPI:
             {"name": "health", "description": "Health and metrics."},
         ],
     )
-    install_error_handlers(app)
+    install_error_handlers(app, auth_error)
     for router in ROUTERS:
         app.include_router(router)
     _json_errors_in_openapi(app)

@@ -9,7 +9,7 @@ with a generic message (the traceback goes to the log, never to the client).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -183,20 +183,24 @@ def _is_json_error(exc: Exception) -> bool:
     )
 
 
-async def _handle(request: Request, exc: Exception) -> JSONResponse:
-    if _is_json_error(exc) and request.url.path.startswith("/v1/"):
-        from service.deps import auth_error
-
-        denied: Exception | None = await run_in_threadpool(auth_error, request)
-        exc = denied or exc
-    response = to_response(exc)
-    if response.status_code == 405:
-        response.headers["Allow"] = ", ".join(allowed_methods(request))
-    return response
+AuthCheck = Callable[[Request], Exception | None]
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Route every error class (and anything else) through `to_response`."""
+def install_error_handlers(app: FastAPI, auth_check: AuthCheck) -> None:
+    """Route every error class (and anything else) through `to_response`. `auth_check` gives the
+    401 a request deserves (service.deps.auth_error), asked first for the one failure FastAPI finds
+    before running dependencies (a body that is not JSON): a stranger hears 401, not a remark on
+    their JSON."""
+
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        if _is_json_error(exc) and request.url.path.startswith("/v1/"):
+            denied: Exception | None = await run_in_threadpool(auth_check, request)
+            exc = denied or exc
+        response = to_response(exc)
+        if response.status_code == 405:
+            response.headers["Allow"] = ", ".join(allowed_methods(request))
+        return response
+
     for cls in (ApiError, RequestValidationError, StarletteHTTPException, *(c for c, _, _ in _STATUS)):
-        app.add_exception_handler(cls, _handle)
-    app.add_exception_handler(Exception, _handle)
+        app.add_exception_handler(cls, handle)
+    app.add_exception_handler(Exception, handle)
