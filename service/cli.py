@@ -264,7 +264,10 @@ def compile_command(
             raise typer.BadParameter(
                 "is a local compile option (not with --server)", param_hint="'--disable-pass'"
             )
-        pins = dict(_remote_override(spec) for spec in override or [])
+        with user_errors():
+            from tuner.apply import split_override
+
+            pins = dict(split_override(spec) for spec in override or [])  # trace files are read here
         with _remote(server, api_key) as (client, remote):
             digest, manifest = remote.compile_remote(
                 client,
@@ -906,28 +909,6 @@ def _refuse_local_options(**values: object) -> None:
         if value is not None:
             flag = "--" + name.replace("_", "-")
             raise typer.BadParameter("cannot be used with --server (the server has its own)", param_hint=flag)
-
-
-def _remote_override(spec: str) -> tuple[str, Any]:
-    """NODE=record:ID as is; NODE=TRACE.json read here, its trace sent to the server."""
-    import json
-
-    node, sep, value = spec.partition("=")
-    if not sep or not node or not value:
-        raise typer.BadParameter(
-            f"{spec!r} must look like NODE=record:ID or NODE=TRACE.json", param_hint="'--override'"
-        )
-    if value.startswith("record:"):
-        if not re.fullmatch(r"record:[0-9]+", value):
-            raise typer.BadParameter(f"{spec!r}: record id must be an integer", param_hint="'--override'")
-        return node, value
-    try:
-        trace = json.loads(Path(value).read_text())
-    except OSError as exc:
-        raise fail(f"override {spec!r}: cannot read {value}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise fail(f"override {spec!r}: {value} is not JSON: {exc}") from None
-    return node, trace
 
 
 @contextmanager

@@ -340,33 +340,19 @@ class Worker:
             raise JobError(str(exc)) from None
 
     def _overrides(self, raw: Any) -> dict[str, Any]:
-        """{node: "record:ID" | trace JSON} -> {node: ScheduleChoice}. Only records and inline traces:
-        a server never reads a file a request names."""
+        """{node: "record:ID" | trace JSON} -> {node: ScheduleChoice} (tuner.apply.override_choice:
+        records and inline traces only; a server never reads a file a request names)."""
         from compiler.errors import CompilerError
-        from compiler.kernels import ScheduleChoice
-        from compiler.tir.trace import Trace
-        from tuner.apply import parse_override
+        from tuner.apply import override_choice
 
         if not raw:
             return {}
         if not isinstance(raw, Mapping):
             raise JobError("overrides must map node names to 'record:ID' or a trace object")
-        pins: dict[str, Any] = {}
-        for node, spec in raw.items():
-            if isinstance(spec, str) and spec.startswith("record:"):
-                name, choice = parse_override(f"{node}={spec}", self.db)
-                pins[name] = choice
-            elif isinstance(spec, Mapping):
-                try:
-                    trace = Trace.from_json(dict(spec))
-                except (CompilerError, KeyError, TypeError, ValueError) as exc:
-                    raise JobError(f"override for node {node!r}: not a schedule trace: {exc}") from None
-                pins[str(node)] = ScheduleChoice(trace, {"source": "override", "inline": True})
-            else:
-                raise JobError(
-                    f"override for node {node!r} must be 'record:ID' or a trace object, not {spec!r}"
-                )
-        return pins
+        try:
+            return {str(node): override_choice(str(node), spec, self.db) for node, spec in raw.items()}
+        except CompilerError as exc:
+            raise JobError(str(exc)) from None
 
     # --- tune ----------------------------------------------------------------------------------
 

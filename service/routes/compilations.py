@@ -9,7 +9,6 @@ from fastapi import APIRouter, Depends, Query
 
 from compiler.errors import CompilerError
 from compiler.pipeline import CompileOptions
-from compiler.tir.trace import Trace
 from service.deps import PrincipalDep, ServicesDep
 from service.errors import InvalidInputError
 from service.routes.common import (
@@ -25,29 +24,20 @@ from service.schemas import CompilationIn, CompilationOut, JobState
 from service.summary import check_override_names
 from storage import service_repo as repo
 from storage.service_repo import ModelInfo
+from tuner.apply import override_choice
 
 router = APIRouter(prefix="/v1/compilations", tags=["compilations"], responses=errors(401, 404, 422))
 
 
 def _check_overrides(services: ServicesDep, overrides: Mapping[str, str | dict[str, Any]]) -> None:
-    """Every `record:ID` must name a tuning record and every trace must parse (a server never reads
-    a file an override names: the client sends the trace itself)."""
-    missing = []
+    """Every `record:ID` must name a trusted tuning record and every trace must parse (the one
+    definition of an override, tuner.apply.override_choice; a server never reads a file an override
+    names: the client sends the trace itself)."""
     for node, spec in overrides.items():
-        if isinstance(spec, str):
-            if services.db.get_record(int(spec.removeprefix("record:"))) is None:
-                missing.append(f"{node}={spec}")
-            continue
         try:
-            Trace.from_json(dict(spec))
-        except (CompilerError, KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InvalidInputError(
-                f"overrides.{node}: not a schedule trace ({type(e).__name__}: {e})", code="invalid_override"
-            ) from None
-    if missing:
-        raise InvalidInputError(
-            f"override(s) name no tuning record: {', '.join(missing)}", code="invalid_override"
-        )
+            override_choice(node, spec, services.db)
+        except CompilerError as e:
+            raise InvalidInputError(str(e), code="invalid_override") from None
 
 
 def _check_override_names(

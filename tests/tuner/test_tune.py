@@ -125,6 +125,20 @@ def test_bad_overrides_are_clear_errors(tmp_path: Path) -> None:
     bad.write_text("{nope")
     with pytest.raises(CompilerError, match="not JSON"):
         parse_override(f"conv_b={bad}", db)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(CompilerError, match="holds no schedule trace"):
+        parse_override(f"conv_b={listed}", db)
+    with pytest.raises(CompilerError, match="record id must be an integer"):
+        parse_override("conv_b=record:abc", db)
+    from tuner.apply import override_choice
+
+    with pytest.raises(CompilerError, match="must be 'record:ID' or a trace object"):
+        override_choice("conv_b", "/etc/passwd", db)
+    with pytest.raises(CompilerError, match="not a schedule trace"):
+        override_choice("conv_b", {"version": 99}, db)
+    with pytest.raises(CompilerError, match="needs a database"):
+        override_choice("conv_b", "record:1", None)
 
 
 def test_killed_tuning_run_resumes_without_losing_or_remeasuring(tmp_path: Path) -> None:
@@ -211,7 +225,7 @@ def test_a_small_space_ends_the_search_early_and_says_so(tmp_path: Path) -> None
 
 def test_second_model_warm_starts_from_the_first_models_records(tmp_path: Path) -> None:
     """Records of other workloads train the cost model too: their descriptions rebuild the kernels."""
-    from tests.compiler.test_tuning_helpers import small_conv_model
+    from tests.models.builders import small_conv_model
     from tuner.cost_model import XGBoostModel
     from tuner.task import extract_tasks
     from tuner.tune import warm_start
