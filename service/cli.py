@@ -357,7 +357,7 @@ def tune_command(
                 seed=seed,
                 console=out,
             )
-        final = remote.ProgressView.from_json(job.progress.model_dump() if job.progress else {})
+        final = remote.Progress.from_json(job.progress.model_dump() if job.progress else {})
         from service.progress import confirmation_lines, stop_line
 
         for line in [stop_line(final), *confirmation_lines(final.confirmation)]:

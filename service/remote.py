@@ -7,11 +7,9 @@ cancels the job on the server before leaving.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,76 +21,13 @@ from rich.text import Text
 from service.client import ApiError, Client, IntegrityError
 from service.progress import render
 from service.schemas import TuningJobOut
+from tuner.progress import Progress
 
 POLL_S = 0.5
 
 
 class RemoteError(Exception):
     """A remote run that did not succeed: unreachable server, refused request, failed job."""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskView:
-    """One task of a job's progress JSON with tuner.tune.TaskReport's attributes (null -> inf)."""
-
-    name: str
-    key: str
-    weight: int
-    flops: int
-    trials: int
-    best_secs: float
-    default_secs: float
-    best_gflops: float
-
-
-@dataclass(frozen=True, slots=True)
-class ProgressView:
-    """A job's progress JSON with tuner.tune.Progress's attributes, for service.progress.render."""
-
-    trials_done: int
-    trials_total: int
-    elapsed_s: float
-    eta_s: float | None
-    estimated_latency_s: float
-    tasks: tuple[TaskView, ...]
-    curve: tuple[tuple[int, float], ...]
-    finished: bool
-    phase: str = "search"
-    confirmation: Mapping[str, Any] | None = None
-    stop_reason: str | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProgressView:
-        tasks = tuple(
-            TaskView(
-                name=str(t.get("name", "?")),
-                key=str(t.get("key", "")),
-                weight=int(t.get("weight") or 0),
-                flops=int(t.get("flops") or 0),
-                trials=int(t.get("trials") or 0),
-                best_secs=_secs(t.get("best_secs")),
-                default_secs=_secs(t.get("default_secs")),
-                best_gflops=float(t.get("best_gflops") or 0.0),
-            )
-            for t in data.get("tasks") or []
-        )
-        return cls(
-            trials_done=int(data.get("trials_done") or 0),
-            trials_total=int(data.get("trials_total") or 0),
-            elapsed_s=float(data.get("elapsed_s") or 0.0),
-            eta_s=None if data.get("eta_s") is None else float(data["eta_s"]),
-            estimated_latency_s=_secs(data.get("estimated_latency_s")),
-            tasks=tasks,
-            curve=tuple((int(n), _secs(s)) for n, s in data.get("curve") or []),
-            finished=bool(data.get("finished")),
-            phase=str(data.get("phase") or "search"),
-            confirmation=data.get("confirmation"),
-            stop_reason=None if data.get("stop_reason") is None else str(data["stop_reason"]),
-        )
-
-
-def _secs(value: Any) -> float:
-    return math.inf if value is None else float(value)
 
 
 @contextmanager
@@ -142,7 +77,7 @@ def _view(job: TuningJobOut) -> Group:
     head = Text(f"job {job.id} on the server: {job.state}", style="dim")
     if job.progress is None:
         return Group(head, Text("waiting for a worker..." if job.state == "queued" else ""))
-    return Group(head, render(ProgressView.from_json(job.progress.model_dump())))
+    return Group(head, render(Progress.from_json(job.progress.model_dump())))
 
 
 def tune_remote(

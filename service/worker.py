@@ -19,7 +19,6 @@ child processes of the tuner's own.
 from __future__ import annotations
 
 import logging
-import math
 import multiprocessing
 import os
 import signal
@@ -66,41 +65,14 @@ def progress_to_json(
     spent by its earlier attempts, and `trials_base` (the records there before the job began) is
     kept from its first attempt.
     """
-
-    def num(value: float | None) -> float | None:
-        return None if value is None or not math.isfinite(value) else float(value)
-
-    measured_now = int(progress.trials_done)
-    done = trials_at_start + measured_now
-    total = trials_at_start + int(progress.trials_total)
-    eta = progress.elapsed_s / measured_now * max(0, total - done) if measured_now > 0 else None
-    base = int(getattr(progress, "trials_base", 0)) if trials_base is None else trials_base
-    return {
-        "trials_done": done,
-        "trials_total": total,
-        "trials_base": base,
-        "elapsed_s": float(progress.elapsed_s) + elapsed_offset,
-        "eta_s": None if progress.finished else num(eta),
-        "estimated_latency_s": num(progress.estimated_latency_s),
-        "tasks": [
-            {
-                "name": t.name,
-                "key": t.key,
-                "weight": int(t.weight),
-                "flops": int(t.flops),
-                "trials": int(t.trials),
-                "best_secs": num(t.best_secs),
-                "best_gflops": num(t.best_gflops),
-                "default_secs": num(t.default_secs),
-            }
-            for t in progress.tasks
-        ],
-        "curve": [[trials_at_start + int(trials), num(latency)] for trials, latency in progress.curve],
-        "finished": bool(progress.finished),
-        "phase": str(getattr(progress, "phase", "search")),
-        "confirmation": getattr(progress, "confirmation", None),
-        "stop_reason": getattr(progress, "stop_reason", None),
-    }
+    data: dict[str, Any] = progress.to_json()  # the one shape (tuner.progress.Progress)
+    data["trials_done"] = trials_at_start + int(progress.trials_done)
+    data["trials_total"] = trials_at_start + int(progress.trials_total)
+    if trials_base is not None:
+        data["trials_base"] = trials_base
+    data["elapsed_s"] = float(progress.elapsed_s) + elapsed_offset
+    data["curve"] = [[trials_at_start + n, latency] for n, latency in data["curve"]]
+    return data
 
 
 @dataclass

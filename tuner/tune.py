@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from compiler.errors import CompilerError, ScheduleError
@@ -21,6 +21,7 @@ from compiler.tir.trace import Trace, replay
 from compiler.version import __version__
 from tuner.cost_model import CostModel, XGBoostModel
 from tuner.features import extract
+from tuner.progress import Progress, TaskReport
 from tuner.records import Database, TuningRecord, WorkloadEntry
 from tuner.scheduler import TaskScheduler
 from tuner.search import TaskState, propose
@@ -42,45 +43,6 @@ class TuneOptions:
     # after the search, time every task's finalists inside the compiled model and keep the fastest
     # there (tuner.confirm); runs once the budget or timeout is spent, not when stopped
     confirm: bool = True
-
-
-@dataclass
-class TaskReport:
-    name: str
-    key: str
-    weight: int
-    flops: int
-    trials: int
-    best_secs: float
-    default_secs: float
-
-    @property
-    def best_gflops(self) -> float:
-        return self.flops / self.best_secs / 1e9 if 0 < self.best_secs < float("inf") else 0.0
-
-
-@dataclass
-class Progress:
-    """Snapshot sent to the progress callback after every round (and at the end)."""
-
-    trials_done: int
-    trials_total: int
-    elapsed_s: float
-    estimated_latency_s: float
-    tasks: list[TaskReport]
-    curve: list[tuple[int, float]] = field(default_factory=list)  # (trials, estimated latency)
-    finished: bool = False
-    phase: str = "search"  # "search", then "confirm" while the finalists are timed in the model
-    confirmation: dict[str, Any] | None = None  # tuner.confirm.summary(), or {"error": ...}
-    trials_base: int = 0  # records of the model's tasks that were in the database before this run
-    # why the search ended (None while it runs): see STOP_REASONS
-    stop_reason: str | None = None
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.trials_done == 0:
-            return None
-        return self.elapsed_s / self.trials_done * max(0, self.trials_total - self.trials_done)
 
 
 def _describe(task: Task) -> dict[str, Any]:

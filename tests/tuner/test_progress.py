@@ -1,0 +1,29 @@
+"""The progress record: one shape for the tuner, a job's stored JSON, the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+from tuner.progress import Progress, TaskReport
+
+INF = float("inf")
+
+
+def test_json_round_trip_keeps_everything_and_has_no_infinities() -> None:
+    tasks = [TaskReport("conv", "k1", 2, 1000, 5, 1e-3, 2e-3), TaskReport("relu", "k2", 1, 10, 0, INF, INF)]
+    progress = Progress(5, 16, 2.0, INF, tasks, [(1, INF), (5, 3e-3)], trials_base=7)
+    data = json.loads(json.dumps(progress.to_json(), allow_nan=False))
+    assert data["eta_s"] == 2.0 / 5 * 11 and data["estimated_latency_s"] is None
+    assert data["tasks"][1]["best_secs"] is None and data["tasks"][0]["best_gflops"] == 1000 / 1e-3 / 1e9
+    back = Progress.from_json(data)
+    assert back == progress
+    assert back.tasks[1].best_secs == INF and back.curve[0] == (1, INF)
+
+
+def test_a_finished_run_has_no_eta_and_keeps_its_stop_reason() -> None:
+    done = Progress(4, 4, 9.0, 1e-3, [], finished=True, stop_reason="budget: 4 trial(s) measured")
+    data = done.to_json()
+    assert data["eta_s"] is None and data["stop_reason"] == "budget: 4 trial(s) measured"
+    assert Progress.from_json(data).stop_reason == done.stop_reason
+    assert Progress(0, 4, 0.0, INF, []).eta_s is None  # nothing measured yet: no pace to go by
+    assert Progress.from_json({}).trials_done == 0  # a job that has not reported yet
