@@ -205,37 +205,25 @@ def storage_errors() -> Iterator[None]:
         raise fail(f"database error: {describe_error(exc)}") from None
 
 
-def _open_schedules(db: str | None, no_tuned: bool) -> Any:
-    """The tuned-schedule source for compile: the given --db, else the default database if it
-    exists (compiling never creates one); None with --no-tuned."""
-    if no_tuned:
-        return None
-    from storage.session import sqlite_path
-
-    url = _db_url(db)
-    path = sqlite_path(url)
-    if db is None and path is not None and not path.exists():
-        return None
-    from storage import SqlDatabase
-
-    return SqlDatabase(url)
-
-
 @contextmanager
 def _schedule_source(
     db: str | None, no_tuned: bool, override: list[str] | None
 ) -> Iterator[tuple[dict[str, Any], Any]]:
-    """(overrides, tuned-schedule source) for a local compile, inspect or explain: the same
-    schedules whichever of them asks, so inspect shows what compile builds."""
-    from tuner.apply import DatabaseSource, parse_override
+    """(overrides, tuned-schedule source) for a local compile, inspect or explain, the same whichever
+    asks (so inspect shows what compile builds): the given --db, else the default database if it
+    exists (compiling never creates one); no records with --no-tuned."""
+    from storage import tuned_schedules
+    from storage.session import sqlite_path
 
-    database = _open_schedules(db, no_tuned)
-    try:
-        pins = dict(parse_override(spec, database) for spec in override or [])
-        yield pins, (DatabaseSource(database) if database is not None else None)
-    finally:
-        if database is not None:
-            database.close()
+    url: str | None = None if no_tuned else _db_url(db)
+    path = sqlite_path(url) if url is not None else None
+    if db is None and path is not None and not path.exists():
+        url = None
+    with tuned_schedules(url, upgrade=True) as source:
+        from tuner.apply import parse_override
+
+        database = source.db if source is not None else None
+        yield dict(parse_override(spec, database) for spec in override or []), source
 
 
 @app.command("compile")

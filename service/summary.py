@@ -89,13 +89,10 @@ def stage_text(
     """One pipeline stage of a model as text (the IR endpoint), scheduled with the best records of
     `database_url` when given. A module-level function: the API runs it in a sandboxed child."""
     from compiler.pipeline import inspect_model
-    from storage import SqlDatabase
-    from tuner.apply import DatabaseSource
+    from storage import tuned_schedules
 
-    if database_url is None:
-        return inspect_model(data, stage, options, kernel=kernel)
-    with SqlDatabase(database_url, upgrade=False) as db:
-        return inspect_model(data, stage, options, kernel=kernel, schedules=DatabaseSource(db))
+    with tuned_schedules(database_url) as source:
+        return inspect_model(data, stage, options, kernel=kernel, schedules=source)
 
 
 def explain_json(
@@ -108,14 +105,9 @@ def explain_json(
     """`temper explain` for an uploaded model, as JSON, scheduled with the best records of
     `database_url` when given (and each kernel timed when `profile`). Run in a sandboxed child."""
     from compiler.explain import explain_model, profile_kernels
-    from storage import SqlDatabase
-    from tuner.apply import DatabaseSource
+    from storage import tuned_schedules
 
-    if database_url is None:
-        timed = profile_kernels(data, options) if profile else None
-        return explain_model(data, options, node=node, profile=timed).to_json()
-    with SqlDatabase(database_url, upgrade=False) as db:
-        source = DatabaseSource(db)
+    with tuned_schedules(database_url) as source:
         timed = profile_kernels(data, options, source) if profile else None
         return explain_model(data, options, source, node=node, profile=timed).to_json()
 

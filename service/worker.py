@@ -423,16 +423,13 @@ def compile_artifact(model: bytes, options: Any, database_url: str | None) -> by
     from compiler.errors import CompilerError
     from compiler.pipeline import compile_model
     from compiler.runtime import artifact_bytes
-    from tuner.apply import DatabaseSource
+    from storage import tuned_schedules
 
-    db = SqlDatabase(database_url, upgrade=False) if database_url else None
     try:
-        compiled = compile_model(model, options, DatabaseSource(db) if db is not None else None)
+        with tuned_schedules(database_url or None) as source:
+            compiled = compile_model(model, options, source)
     except CompilerError as exc:  # sent back as its message: the job fails with exactly it
         return str(exc)
-    finally:
-        if db is not None:
-            db.close()
     return artifact_bytes(
         manifest=compiled.manifest, library=compiled.library, plan=compiled.plan, params=compiled.params
     )

@@ -14,7 +14,7 @@ from storage.errors import (
 )
 from storage.jsonl import ExportSummary, ImportSummary, export_records, import_records
 from storage.migrations import current_revision, head_revision, upgrade
-from storage.records import SqlDatabase
+from storage.records import SqlDatabase, tuned_schedules
 from storage.session import default_data_dir, default_url, display_url, make_engine
 
 __all__ = [
@@ -33,5 +33,6 @@ __all__ = [
     "head_revision",
     "import_records",
     "make_engine",
+    "tuned_schedules",
     "upgrade",
 ]

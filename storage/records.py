@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alembic.util import CommandError
 from sqlalchemy import URL, Engine, Select, func, select, update
@@ -27,6 +27,9 @@ from storage.migrations import upgrade as upgrade_schema
 from storage.models import TRUSTED, TuningRecordRow, WorkloadRow
 from storage.session import display_url, make_engine, make_sessionmaker
 from tuner.records import ErrorKind, TuningRecord, WorkloadEntry, trace_hash
+
+if TYPE_CHECKING:
+    from tuner.apply import DatabaseSource
 
 _CHUNK = 500  # rows per multi-row INSERT (SQLite caps the bound parameters of one statement)
 _RECORD_ORDER = (TuningRecordRow.created_at, TuningRecordRow.id)  # oldest first, ties by insertion
@@ -274,7 +277,6 @@ class SqlDatabase:
             rows = [e for e in rows if e.id in ids]
         return rows if limit is None else rows[:limit]
 
-
     def workload(self, key: str) -> WorkloadEntry | None:
         with self.read_session() as session:
             row = session.scalar(select(WorkloadRow).where(WorkloadRow.key == key))
@@ -428,3 +430,17 @@ def _pair(workload_key: str, target_key: str) -> Select[TuningRecordRow, str]:
         .join(TuningRecordRow.workload)
         .where(WorkloadRow.key == workload_key, TuningRecordRow.target_key == target_key)
     )
+
+
+@contextmanager
+def tuned_schedules(database_url: str | None, *, upgrade: bool = False) -> Iterator[DatabaseSource | None]:
+    """The best records of the database at `database_url` as the compiler's schedule source, open
+    for the block (None: no database, default schedules): the one way every compile, inspect and
+    explain (CLI, worker, API) asks the database for schedules."""
+    if database_url is None:
+        yield None
+        return
+    from tuner.apply import DatabaseSource
+
+    with SqlDatabase(database_url, upgrade=upgrade) as db:
+        yield DatabaseSource(db)
