@@ -107,11 +107,11 @@ def explain_model(
     `node`, an ONNX node or kernel name). `profile`: kernel name -> measured seconds."""
     options = options or CompileOptions()
     fr = frontier_for(model, options, schedules)
-    calls = fr.groups
+    groups = fr.kernels
     if node is not None:
         wanted = set(match_names(fr, [node], what="node")[node])
-        calls = [c for c in fr.groups if fr.workloads[id(c)].func.name in wanted]
-    kernels = schedule_kernels(fr, options, schedules, calls)
+        groups = [k for k in fr.kernels if k.name in wanted]
+    kernels = schedule_kernels(fr, options, schedules, groups)
     history = _history(fr)
     reasons = _conv_reasons(fr)
     out = tuple(_explain(fr, k, history, reasons, profile or {}) for k in kernels)
@@ -197,7 +197,7 @@ def _explain(
 
 
 def _group_of(fr: Frontier, k: Kernel) -> Any:
-    return next(c for c in fr.groups if fr.workloads[id(c)].func.name == k.workload.func.name).attr("group")
+    return next(g for g in fr.kernels if g.name == k.workload.func.name).group
 
 
 def _pattern(nodes: Sequence[NodeOrigin]) -> str:

@@ -22,8 +22,8 @@ import onnx
 from compiler.codegen.library import CodeLibrary
 from compiler.errors import CompilerError, OverrideError, UnknownNodeError
 from compiler.frontend.onnx import import_model
-from compiler.graph.ir import Call, Graph
-from compiler.graph.passes import PassContext, check_disabled, run_passes
+from compiler.graph.ir import Call, Const, Graph
+from compiler.graph.passes import PARTITIONS, Group, PassContext, check_disabled, run_passes
 from compiler.graph.passes.alter_layout import layout_report
 from compiler.graph.passes.conv_algorithm import algorithm_report
 from compiler.graph.passes.fuse import print_fused
@@ -66,6 +66,23 @@ class CompileOptions:
             raise CompilerError(str(e)) from None
 
 
+@dataclass(frozen=True)
+class KernelGroup:
+    """One fused call of the model that becomes a kernel, with its lowered workload."""
+
+    call: Call
+    workload: Workload
+
+    @property
+    def name(self) -> str:
+        return self.workload.func.name
+
+    @property
+    def group(self) -> Group:
+        group: Group = self.call.attr("group")
+        return group
+
+
 @dataclass
 class Frontier:
     """Everything built up to code generation (shared by compile and inspect)."""
@@ -76,9 +93,8 @@ class Frontier:
     optimized: Graph
     passes: list[str]
     fused: Graph
-    groups: list[Call]  # fused calls that become kernels, in execution order
-    workloads: dict[int, Workload]  # id(fused call) -> workload
-    aliases: set[int]  # id(fused call) of pure reshapes (no kernel)
+    kernels: list[KernelGroup]  # the fused calls that become kernels, in execution order
+    aliases: list[Call]  # fused calls that only reshape (no kernel: their output aliases their input)
     direct_convs: frozenset[str] = frozenset()  # convs kept direct because tuning measured them faster
     onnx_nodes: Mapping[str, str] = field(default_factory=dict)  # ONNX node name -> op type (all nodes)
     after_pass: tuple[tuple[str, Graph], ...] = ()  # (pass, graph after it), from the import on
@@ -88,9 +104,12 @@ class Frontier:
 class Alternative:
     """A Winograd kernel of a model and the direct kernel the same ONNX nodes make without it."""
 
-    call: Call  # the Winograd kernel's fused call
-    twin_call: Call  # the direct kernel's fused call (in a frontier built without conv_algorithm)
-    twin: Workload
+    kernel: KernelGroup  # the Winograd kernel
+    twin_kernel: KernelGroup  # the direct kernel (in a frontier built without conv_algorithm)
+
+    @property
+    def twin(self) -> Workload:
+        return self.twin_kernel.workload
 
 
 @dataclass
@@ -127,26 +146,17 @@ def build_frontier(
     fused, passes = run_passes(
         graph, options.opt_level, lambda name, g: after.append((name, g)), context, options.disabled_passes
     )  # the graph passes, then the partition into kernels
-    optimized = after[-2][1]  # the graph before partitioning into kernels
-    outputs = {id(o) for o in fused.outputs}
-    groups: list[Call] = []
-    workloads: dict[int, Workload] = {}
-    aliases: set[int] = set()
-    used_names: set[str] = set()
-    for node in fused.nodes():
-        if not isinstance(node, Call):
+    optimized = next(g for name, g in reversed(after) if name not in PARTITIONS)  # before partitioning
+    outputs = set(fused.outputs)
+    kernels: list[KernelGroup] = []
+    aliases: list[Call] = []
+    for node in fused.calls():
+        if _is_alias(node) and node not in outputs:
+            aliases.append(node)
             continue
-        if _is_alias(node) and id(node) not in outputs:
-            aliases.add(id(node))
-            continue
-        group = node.attr("group")
-        name = group.name
-        while name in used_names:
-            name += "_"
-        used_names.add(name)
-        consts = frozenset(k for k, a in enumerate(node.args) if a.__class__.__name__ == "Const")
-        workloads[id(node)] = lower_group(group, name, target, consts)  # compute defs -> naive TIR
-        groups.append(node)
+        group = node.attr("group")  # its name is unique: the partition numbers the groups
+        consts = frozenset(k for k, a in enumerate(node.args) if isinstance(a, Const))
+        kernels.append(KernelGroup(node, lower_group(group, group.name, target, consts)))  # naive TIR
     return Frontier(
         target,
         imported.opset,
@@ -154,8 +164,7 @@ def build_frontier(
         optimized,
         passes,
         fused,
-        groups,
-        workloads,
+        kernels,
         aliases,
         direct_convs,
         dict(imported.nodes),
@@ -166,18 +175,18 @@ def build_frontier(
 def winograd_alternatives(model: ModelInput, options: CompileOptions, fr: Frontier) -> list[Alternative]:
     """Each Winograd kernel of `fr` with its direct twin: the kernel its ONNX nodes make when the
     conv_algorithm pass does not run (the tuner tunes both; compile keeps the faster)."""
-    wino = [c for c in fr.groups if fr.workloads[id(c)].anchor_op == "conv2d_winograd_nchwc"]
+    wino = [k for k in fr.kernels if k.workload.anchor_op == "conv2d_winograd_nchwc"]
     if not wino:
         return []
     direct = build_frontier(
         model, replace(options, disabled_passes=options.disabled_passes | {"conv_algorithm"})
     )
-    by_nodes = {frozenset(direct.workloads[id(c)].nodes): c for c in direct.groups}
+    by_nodes = {frozenset(k.workload.nodes): k for k in direct.kernels}
     out = []
-    for c in wino:
-        twin = by_nodes.get(frozenset(fr.workloads[id(c)].nodes))
-        if twin is not None and direct.workloads[id(twin)].anchor_op == "conv2d_nchwc":
-            out.append(Alternative(c, twin, direct.workloads[id(twin)]))
+    for k in wino:
+        twin = by_nodes.get(frozenset(k.workload.nodes))
+        if twin is not None and twin.workload.anchor_op == "conv2d_nchwc":
+            out.append(Alternative(k, twin))
     return out
 
 
@@ -189,8 +198,8 @@ def measured_direct(
     if schedules is None:
         return frozenset()
     timed: dict[str, float] = {}  # Winograd workloads with a measured record
-    for c in fr.groups:
-        w = fr.workloads[id(c)]
+    for k in fr.kernels:
+        w = k.workload
         if w.anchor_op == "conv2d_winograd_nchwc" and w.key not in timed:
             mine = schedules.lookup(w.key, fr.target.key)
             if mine is not None and mine.seconds is not None:
@@ -199,10 +208,10 @@ def measured_direct(
         return frozenset()
     faster = set()
     for alt in winograd_alternatives(model, options, fr):
-        own = timed.get(fr.workloads[id(alt.call)].key)
+        own = timed.get(alt.kernel.workload.key)
         other = schedules.lookup(alt.twin.key, fr.target.key)
         if own is not None and other is not None and other.seconds is not None and other.seconds < own:
-            faster.add(alt.call.attr("group").anchor.name)
+            faster.add(alt.kernel.group.anchor.name)
     return frozenset(faster)
 
 
@@ -220,12 +229,11 @@ def match_names(fr: Frontier, names: Sequence[str], what: str = "override") -> d
     """Name -> the kernels it names: a kernel by its name, or every kernel running an ONNX node of
     that name. A name matching nothing is an error naming the closest names (OverrideError for
     overrides, UnknownNodeError otherwise): a name is never silently ignored."""
-    kernel_names = [fr.workloads[id(c)].func.name for c in fr.groups]
+    kernel_names = [k.name for k in fr.kernels]
     kernels_of: dict[str, list[str]] = {}
-    for c in fr.groups:
-        w = fr.workloads[id(c)]
-        for node in w.nodes:
-            kernels_of.setdefault(node, []).append(w.func.name)
+    for k in fr.kernels:
+        for node in k.workload.nodes:
+            kernels_of.setdefault(node, []).append(k.name)
     out = {}
     for name in names:
         targets = [name] if name in kernel_names else kernels_of.get(name, [])
@@ -285,14 +293,14 @@ def schedule_kernels(
     fr: Frontier,
     options: CompileOptions,
     schedules: ScheduleSource | None,
-    calls: list[Call] | None = None,
+    groups: Sequence[KernelGroup] | None = None,
     pinned: Mapping[str, tuple[str, ScheduleChoice]] | None = None,
 ) -> list[Kernel]:
-    """Each group's kernel (of `calls`, default all) with its schedule: the override pinned to it,
+    """Each group's kernel (of `groups`, default all) with its schedule: the override pinned to it,
     else the database's best record, else the default rule; scheduled once per distinct kernel."""
     if pinned is None:
         pinned = bind_overrides(fr, options.overrides)
-    workloads = [fr.workloads[id(c)] for c in (fr.groups if calls is None else calls)]
+    workloads = [k.workload for k in (fr.kernels if groups is None else groups)]
     return build_kernels([(w, w.func.name, _choice_for(w, pinned, fr.target, schedules)) for w in workloads])
 
 
@@ -313,9 +321,9 @@ def compile_model(
             lib.add_kernel(k.flat, k.symbol)  # TIR -> LLVM IR
     library = lib.shared_library()  # optimize for the target CPU, emit object, link
     t3 = time.perf_counter()
-    by_id: dict[int, Kernel | None] = {id(c): k for c, k in zip(fr.groups, kernels, strict=True)}
-    by_id.update({a: None for a in fr.aliases})
-    plan, params = make_plan(fr.fused, by_id)  # buffers, workspace reuse, packed constants
+    of_call: dict[Call, Kernel | None] = {g.call: k for g, k in zip(fr.kernels, kernels, strict=True)}
+    of_call.update({a: None for a in fr.aliases})
+    plan, params = make_plan(fr.fused, of_call)  # buffers, workspace reuse, packed constants
     manifest = _manifest(fr, kernels, options)
     timings = {
         "frontend_s": t1 - t0,
@@ -400,17 +408,15 @@ def inspect_model(
         return print_graph(fr.optimized)
     if stage == "fused":
         return print_fused(fr.fused)
-    calls = fr.groups
+    groups = fr.kernels
     if kernel is not None:
-        calls = [
-            c for c in calls if fr.workloads[id(c)].func.name == kernel or kernel in fr.workloads[id(c)].nodes
-        ]
-        if not calls:
-            names = ", ".join(fr.workloads[id(c)].func.name for c in fr.groups)
+        groups = [k for k in groups if k.name == kernel or kernel in k.workload.nodes]
+        if not groups:
+            names = ", ".join(k.name for k in fr.kernels)
             raise CompilerError(f"no kernel {kernel!r}; kernels: {names}")
     if stage == "tir":
-        return "\n".join(func_str(fr.workloads[id(c)].func) for c in calls)
-    kernels = schedule_kernels(fr, options, schedules, calls, pinned)
+        return "\n".join(func_str(k.workload.func) for k in groups)
+    kernels = schedule_kernels(fr, options, schedules, groups, pinned)
     if stage == "scheduled":
         return "\n".join(func_str(k.scheduled) for k in kernels)
     lib = CodeLibrary(fr.target)

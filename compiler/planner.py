@@ -7,12 +7,13 @@ layout their kernel's schedule asked for) into one params blob, 64-byte aligned.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import Call, Const, Graph
+from compiler.graph.ir import Call, Const, Expr, Graph
 from compiler.kernels import Kernel
 from compiler.tir.ir import Layout
 
@@ -80,12 +81,13 @@ class _Workspace:
         self.live = [x for x in self.live if x[2] != bid]
 
 
-def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str, Any], bytes]:
-    """kernels: id(fused call) -> Kernel, or None for a pure reshape (an alias, no call)."""
+def make_plan(fused: Graph, kernels: Mapping[Call, Kernel | None]) -> tuple[dict[str, Any], bytes]:
+    """kernels: fused call -> its Kernel, or None for a pure reshape (an alias, no call). Graph nodes
+    compare by identity, so they key the maps here."""
     bufs: list[_Buf] = []
-    of_node: dict[int, int] = {}
+    of_node: dict[Expr, int] = {}
     params = bytearray()
-    param_ids: dict[tuple[int, str], int] = {}
+    param_ids: dict[tuple[Const, str], int] = {}
 
     def new(shape: tuple[int, ...], dtype: str, kind: str, **kw: Any) -> int:
         b = _Buf(len(bufs), tuple(shape), dtype, kind, **kw)
@@ -93,7 +95,7 @@ def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str
         return b.id
 
     def const_buf(c: Const, layout: Layout | None) -> int:
-        key = (id(c), "" if layout is None else repr(layout))
+        key = (c, "" if layout is None else repr(layout))
         if key not in param_ids:
             data = c.data if layout is None else pack_constant(c.data, layout)
             off = _align(len(params))
@@ -102,20 +104,19 @@ def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str
             param_ids[key] = new(data.shape, str(data.dtype), "param", name=c.name, offset=off)
         return param_ids[key]
 
-    out_names: dict[int, list[str]] = {}
+    out_names: dict[Expr, list[str]] = {}
     for name, o in zip(fused.output_names, fused.outputs, strict=True):
-        out_names.setdefault(id(o), []).append(name)
+        out_names.setdefault(o, []).append(name)
 
     inputs = {}
     for v in fused.inputs:
-        of_node[id(v)] = new(v.type.shape, v.type.dtype, "input", name=v.name)
-        inputs[v.name] = of_node[id(v)]
+        of_node[v] = new(v.type.shape, v.type.dtype, "input", name=v.name)
+        inputs[v.name] = of_node[v]
 
     steps: list[dict[str, Any]] = []
     step_reads: list[list[int]] = []
-    order = [n for n in fused.nodes() if isinstance(n, Call)]
-    for node in order:
-        k = kernels[id(node)]
+    for node in fused.calls():
+        k = kernels[node]
         arg_ids = []
         for i, a in enumerate(node.args):
             if isinstance(a, Const):
@@ -124,19 +125,19 @@ def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str
                     layout = dict(k.scheduled.layouts).get(f"p{i}")
                 arg_ids.append(const_buf(a, layout))
             else:
-                arg_ids.append(of_node[id(a)])
-        names = out_names.get(id(node))
+                arg_ids.append(of_node[a])
+        names = out_names.get(node)
         if k is None and not names:
             root = arg_ids[0]
             while bufs[root].alias_of is not None:
                 root = bufs[root].alias_of  # type: ignore[assignment]
-            of_node[id(node)] = new(node.type.shape, node.type.dtype, "alias", alias_of=root)
+            of_node[node] = new(node.type.shape, node.type.dtype, "alias", alias_of=root)
             continue
         if names:
             oid = new(node.type.shape, node.type.dtype, "output", name=names[0])
         else:
             oid = new(node.type.shape, node.type.dtype, "workspace")
-        of_node[id(node)] = oid
+        of_node[node] = oid
         if k is None:
             raise AssertionError("an output alias must be a copy kernel")
         steps.append({"kernel": k.symbol, "args": [*arg_ids, oid]})
@@ -148,7 +149,7 @@ def make_plan(fused: Graph, kernels: dict[int, Kernel | None]) -> tuple[dict[str
         if isinstance(o, Const):
             outputs[name] = const_buf(o, None)
         else:
-            outputs[name] = of_node[id(o)]
+            outputs[name] = of_node[o]
 
     # lifetimes of workspace buffers (alias reads count for their root)
     def root(bid: int) -> int:

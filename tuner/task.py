@@ -63,11 +63,11 @@ def extract_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
     fr = build_frontier(model, options)
     by_key: dict[str, Task] = {}
     counts: dict[str, int] = {}
-    for call in fr.groups:
-        w = fr.workloads[id(call)]
+    for kernel in fr.kernels:
+        w = kernel.workload
         counts[w.key] = counts.get(w.key, 0) + 1
         if w.key not in by_key:
-            by_key[w.key] = Task(w.func.name, w, call.attr("group"), 1, w.flops)
+            by_key[w.key] = Task(w.func.name, w, kernel.group, 1, w.flops)
     return [Task(t.name, t.workload, t.group, counts[k], t.flops) for k, t in by_key.items()]
 
 
@@ -76,14 +76,14 @@ def alternative_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
     one task per distinct workload, weighted like the Winograd task each replaces."""
     fr = build_frontier(model, options)
     counts: dict[str, int] = {}
-    for call in fr.groups:
-        key = fr.workloads[id(call)].key
+    for kernel in fr.kernels:
+        key = kernel.workload.key
         counts[key] = counts.get(key, 0) + 1
     by_key: dict[str, Task] = {}
     for alt in winograd_alternatives(model, options, fr):
         if alt.twin.key not in by_key:
-            mine = fr.workloads[id(alt.call)].key
-            group = alt.twin_call.attr("group")
+            mine = alt.kernel.workload.key
+            group = alt.twin_kernel.group
             by_key[alt.twin.key] = Task(
                 alt.twin.func.name, alt.twin, group, counts[mine], alt.twin.flops, mine
             )

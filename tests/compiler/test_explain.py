@@ -83,7 +83,7 @@ def test_a_family_rule_that_cannot_apply_leaves_its_reason_in_the_provenance() -
     """A workload whose anchor stage was inlined away cannot take its family's rule: the generic rule
     schedules it, and the provenance (the manifest, explain) says why."""
     fr = build_frontier(_model(), CompileOptions())
-    w = next(fr.workloads[id(c)] for c in fr.groups if fr.workloads[id(c)].anchor_op == "conv2d_nchwc")
+    w = next(k.workload for k in fr.kernels if k.workload.anchor_op == "conv2d_nchwc")
     orphan = replace(w, info=replace(w.info, anchor_block=None))
     _, rule, fallback = choose_rule(orphan)
     assert rule == "generic" and fallback is not None and "conv2d_nchwc rule" in fallback
@@ -102,7 +102,7 @@ class _Records:
 def test_schedule_sources_records_and_overrides() -> None:
     model = _model()
     fr = build_frontier(model, CompileOptions())
-    conv1 = next(fr.workloads[id(c)] for c in fr.groups if "conv1" in fr.workloads[id(c)].nodes)
+    conv1 = next(k.workload for k in fr.kernels if "conv1" in k.workload.nodes)
     trace = build_kernel(conv1, conv1.func.name).trace
     record = ScheduleChoice(trace, {"source": "record", "record_id": 42, "measured_s": 1e-4, "model_s": 2e-4})
     e = explain_model(model, CompileOptions(), _Records({conv1.key: record}))
@@ -127,7 +127,7 @@ def test_node_filter_and_unknown_names() -> None:
         explain_model(model, node="conv_1")
     assert not isinstance(info.value, OverrideError)
     fr = build_frontier(model, CompileOptions())
-    trace = build_kernel(fr.workloads[id(fr.groups[0])], "k").trace
+    trace = build_kernel(fr.kernels[0].workload, "k").trace
     with pytest.raises(OverrideError):
         explain_model(
             model, CompileOptions(overrides={"nope": ScheduleChoice(trace, {"source": "override"})})

@@ -9,7 +9,7 @@ import pytest
 
 from compiler.errors import CompilerError
 from compiler.pipeline import STAGES, CompileOptions, compile_model, inspect_model
-from tests.compiler.test_tuning_helpers import small_conv_model
+from tests.models.builders import small_conv_model
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
     data = model.SerializeToString()
     fr = build_frontier(data, CompileOptions())
     (alt,) = winograd_alternatives(data, CompileOptions(), fr)
-    wino = fr.workloads[id(alt.call)]
+    wino = alt.kernel.workload
     assert wino.anchor_op == "conv2d_winograd_nchwc" and alt.twin.anchor_op == "conv2d_nchwc"
     assert set(wino.nodes) == set(alt.twin.nodes)
     for direct_s, winograd_s, expect in ((1e-4, 2e-4, "direct"), (3e-4, 2e-4, "winograd")):
