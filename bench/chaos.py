@@ -48,10 +48,9 @@ def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 def _models(count: int) -> list[bytes]:
     """`count` models with no workload in common (two jobs tuning one workload at once would both
     measure its candidates: that is concurrency between jobs, not what a kill costs)."""
-    from tests.compiler.test_tuning_helpers import small_conv_model
     from tests.models import builders
 
-    models = [small_conv_model(), builders.mobilenet_v2(image=32, classes=10)]
+    models = [builders.small_conv_model(), builders.mobilenet_v2(image=32, classes=10)]
     models += [builders.mlp(batch=1, sizes=(256 + 16 * k, 128 + 8 * k, 10 + k)) for k in range(count)]
     return [m.SerializeToString() for m in models[:count]]
 

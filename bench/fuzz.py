@@ -389,12 +389,11 @@ def stored_state(server: Any) -> tuple[Any, ...]:
 
 
 def seed_models() -> list[bytes]:
-    from tests.compiler.test_tuning_helpers import small_conv_model
     from tests.models import builders
 
     return [
         builders.mlp(batch=2, sizes=(32, 16, 8)).SerializeToString(),
-        small_conv_model().SerializeToString(),
+        builders.small_conv_model().SerializeToString(),
         builders.bert_layer(seq=8, hidden=32, heads=2, ffn=64).SerializeToString(),
         builders.mobilenet_v2(image=32, classes=10).SerializeToString(),
     ]

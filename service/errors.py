@@ -67,10 +67,6 @@ class NotFoundError(ApiError):
         return cls(f"{kind} {ident!r} not found")
 
 
-class ConflictError(ApiError):
-    status, code = 409, "conflict"
-
-
 class PayloadTooLargeError(ApiError):
     status, code = 413, "payload_too_large"
 

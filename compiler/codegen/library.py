@@ -92,9 +92,6 @@ class CodeLibrary:
             )
         return self._tm
 
-    def unoptimized_ir(self) -> str:
-        return str(self.module)
-
     def finalize(self) -> None:
         if self._final is not None:
             return

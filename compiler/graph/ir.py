@@ -7,7 +7,7 @@ output: multi-output ONNX ops are split into single-output calls by the frontend
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,9 +187,3 @@ def rewrite(graph: Graph, fn: Any) -> Graph:
         else:
             memo[id(node)] = node
     return graph.with_outputs(tuple(memo[id(o)] for o in graph.outputs))
-
-
-def iter_consts(graph: Graph) -> Iterator[Const]:
-    for n in graph.nodes():
-        if isinstance(n, Const):
-            yield n

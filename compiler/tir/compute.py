@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from compiler.tir.ir import (
     INDEX,
@@ -28,8 +27,6 @@ from compiler.tir.ir import (
     Var,
     walk_expr,
 )
-
-_counter = itertools.count()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -59,7 +56,6 @@ class ComputeOp:
 class Tensor:
     buffer: Buffer
     op: ComputeOp | None = None
-    meta: dict[str, object] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -89,10 +85,6 @@ def placeholder(shape: Sequence[int], dtype: str, name: str) -> Tensor:
 
 def reduce_axis(extent: int, name: str) -> IterVar:
     return IterVar(Var(name), int(extent), reduce=True)
-
-
-def fresh(prefix: str) -> str:
-    return f"{prefix}{next(_counter)}"
 
 
 def compute(

@@ -316,10 +316,6 @@ def walk_expr(e: Expr):  # type: ignore[no-untyped-def]
         stack.extend(expr_children(x))
 
 
-def expr_vars(e: Expr) -> set[Var]:
-    return {x for x in walk_expr(e) if isinstance(x, Var)}
-
-
 def map_expr(e: Expr, fn) -> Expr:  # type: ignore[no-untyped-def]
     """Bottom-up rebuild; fn(node_with_new_children) -> replacement or None (keep)."""
     if isinstance(e, BinOp):

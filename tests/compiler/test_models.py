@@ -16,7 +16,6 @@ tensor's scale, not against zero; probabilities (magnitude <= 1) get 5e-5.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+import compiler.runtime
+from compiler.errors import ShapeError
+from compiler.frontend.onnx import SUPPORTED_OPSETS
+from compiler.pipeline import CompileOptions, compile_model
 from tests.models import builders
 from tests.models.fetch import REAL_MODELS, RegistryUnreachableError
 
@@ -34,10 +37,6 @@ RTOL = 1e-4
 ATOL_SCALE = 5e-5
 MAX_RESNET18_KERNELS_AT_O3 = 30
 """20 convs (BN folded, ReLU/residual Add fused as epilogues), maxpool, global pool, flatten, FC."""
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("compiler.pipeline") is None, reason="pipeline not available"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +52,6 @@ def _fetched(key: str) -> Callable[[], bytes | Path]:
     """The file as the package ships it, or converted to temper's first opset when it is older (MTCNN)."""
 
     def load() -> bytes | Path:
-        from compiler.frontend.onnx import SUPPORTED_OPSETS
-
         spec = REAL_MODELS[key]
         try:
             path = spec.path()
@@ -101,9 +98,6 @@ class _Artifacts:
     def get(self, name: str, opt_level: int) -> Compiled:
         key = (name, opt_level)
         if key not in self._memo:
-            import compiler.runtime
-            from compiler.pipeline import CompileOptions, compile_model
-
             case = CASES[name]
             source = case.load()
             compiled = compile_model(source, CompileOptions(opt_level=opt_level, shapes=dict(case.shapes)))
@@ -174,9 +168,6 @@ def test_resnet18_fuses_at_opt_level_3(artifacts: _Artifacts) -> None:
 
 
 def test_dynamic_batch_must_be_bound() -> None:
-    from compiler.errors import ShapeError
-    from compiler.pipeline import CompileOptions, compile_model
-
     with pytest.raises(ShapeError, match="input"):
         compile_model(builders.resnet18().SerializeToString(), CompileOptions())
     with pytest.raises(ShapeError, match="input"):  # a rank that does not fit the declared input
@@ -184,9 +175,6 @@ def test_dynamic_batch_must_be_bound() -> None:
 
 
 def test_resnet18_batch_binding(tmp_path: Path) -> None:
-    import compiler.runtime
-    from compiler.pipeline import CompileOptions, compile_model
-
     source = builders.resnet18(image=64).SerializeToString()
     compiled = compile_model(source, CompileOptions(opt_level=3, shapes={"input": (2, 3, 64, 64)}))
     compiled.save(tmp_path / "resnet18-b2.temper")

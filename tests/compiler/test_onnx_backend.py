@@ -3,7 +3,6 @@
 Each case is a small model with reference inputs and outputs; the backend compiles it with the real
 pipeline and runs the artifact. `CLAIMED_OPS` selects the cases of the ops temper supports; `EXCLUDED`
 lists, with a reason, the cases temper deliberately does not support (other dtypes, training mode, ...).
-The harness checks at the bottom run always; the conformance cases need compiler.pipeline.
 
 The cases compile at `OPT_LEVEL` 3, the level users get: measured, the ~350 compilations take about 30 s
 at level 3 and hardly less at level 1, so nothing is gained by testing a less used path. The model
@@ -19,7 +18,6 @@ A case whose ops really changed (Cast gained an attribute at 25) is left as it i
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 import unittest
 import warnings
@@ -33,6 +31,7 @@ from onnx import TensorProto, helper
 from onnx.backend.test.loader import load_model_tests
 
 from compiler.backend import TemperBackend, TemperBackendRep
+from compiler.frontend.onnx import NATIVE_OPSETS
 
 OPT_LEVEL = 3
 
@@ -149,8 +148,6 @@ KNOWN_BUGS: dict[str, str] = {
     # unexpected success (reported as a failure) and the entry must then be removed.
 }
 
-PIPELINE_AVAILABLE = importlib.util.find_spec("compiler.pipeline") is not None
-
 
 def _included(name: str) -> bool:
     return name.endswith("_cpu") and any(
@@ -223,8 +220,6 @@ class ConformanceBackend(TemperBackend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto | bytes, device: str = "CPU", **kwargs: Any) -> TemperBackendRep:
-        from compiler.frontend.onnx import NATIVE_OPSETS
-
         if isinstance(model, bytes):
             model = onnx.load_from_string(model)
         kwargs.setdefault("opt_level", OPT_LEVEL)
@@ -245,12 +240,7 @@ def _conformance_cases() -> type[unittest.TestCase]:
     return case
 
 
-if PIPELINE_AVAILABLE:
-    OnnxBackendNodeModelTest = _conformance_cases()
-else:
-
-    def test_conformance_cases() -> None:
-        pytest.skip("pipeline not available")
+OnnxBackendNodeModelTest = _conformance_cases()
 
 
 # -- harness checks (no compiler needed) ----------------------------------------------------------
@@ -324,8 +314,6 @@ def test_backend_rejects_invalid_model() -> None:
 
 # -- fp32 cases for the claimed ops whose onnx cases all use other dtypes --------------------------
 
-needs_pipeline = pytest.mark.skipif(not PIPELINE_AVAILABLE, reason="pipeline not available")
-
 
 def _single_node_model(
     op: str,
@@ -347,7 +335,6 @@ def _single_node_model(
     )
 
 
-@needs_pipeline
 def test_cast_fp32_int64_round_trip(rng: np.random.Generator) -> None:
     to_int = _single_node_model(
         "Cast", [("x", TensorProto.FLOAT, [3, 4])], [("y", TensorProto.INT64, [3, 4])], to=TensorProto.INT64
@@ -365,7 +352,6 @@ def test_cast_fp32_int64_round_trip(rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(f, i.astype(np.float32))
 
 
-@needs_pipeline
 def test_equal_fp32_broadcast() -> None:
     model = _single_node_model(
         "Equal",
@@ -379,7 +365,6 @@ def test_equal_fp32_broadcast() -> None:
     np.testing.assert_array_equal(c, a == b)
 
 
-@needs_pipeline
 def test_backend_binds_dynamic_dims_per_signature(rng: np.random.Generator) -> None:
     model = _single_node_model(
         "Relu", [("x", TensorProto.FLOAT, ["N", 4])], [("y", TensorProto.FLOAT, ["N", 4])]
@@ -400,7 +385,6 @@ def _layer_normalization_cases() -> list[Any]:
     ]
 
 
-@needs_pipeline
 @pytest.mark.parametrize("case", _layer_normalization_cases(), ids=lambda c: c.name)
 def test_layer_normalization_y_only(case: Any) -> None:
     """onnx's LayerNormalization cases as inference graphs: only output Y is asked for and compared."""

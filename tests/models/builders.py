@@ -5,6 +5,8 @@ seeded numpy generator with sensible scales: He-initialised convolutions, BN sta
 variance and residual branches that start small, so activations stay O(1) through the whole network
 and fp32 comparisons against onnxruntime are meaningful. The node and value names follow what a
 PyTorch export would produce, so a model reads like a real one in temper's IR dumps.
+`small_conv_model` is the exception: a minimal conv net that pipeline and tuner tests compile and
+tune in seconds.
 """
 
 from __future__ import annotations
@@ -363,6 +365,36 @@ def mlp(batch: Dim = 1, *, sizes: Sequence[int] = (784, 512, 512, 10), seed: int
             x = g.op("Relu", [x], f"relu{i + 1}")
     g.rename(x, "logits")
     return g.model("mlp", [("input", [batch, sizes[0]])], [("logits", [batch, sizes[-1]])])
+
+
+# -- small conv net -------------------------------------------------------------------------------
+
+
+def small_conv_model() -> onnx.ModelProto:
+    """conv(+bias) -> relu -> global average pool -> flatten -> gemm: one anchor of each kind, small enough
+    that pipeline and tuner tests compile and tune it in seconds ("x" [1, 8, 16, 16] -> "y" [1, 10])."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2, "w"),
+        numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"),
+        numpy_helper.from_array(rng.standard_normal((16, 10)).astype(np.float32), "fc"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc", "fc_b"], ["y"], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 BUILDERS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert_layer": bert_layer, "mlp": mlp}

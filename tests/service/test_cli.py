@@ -11,20 +11,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from compiler.pipeline import STAGES
 from compiler.runtime import write_artifact
 from compiler.version import __version__
 from service.cli import app
 from tests.compiler.runtime import tiny
 
 REPO = Path(__file__).resolve().parents[2]
-
-try:
-    import compiler.pipeline  # noqa: F401
-
-    HAVE_PIPELINE = True
-except ImportError:
-    HAVE_PIPELINE = False
-needs_pipeline = pytest.mark.skipif(not HAVE_PIPELINE, reason="pipeline not available yet")
 
 
 @pytest.fixture
@@ -206,7 +199,6 @@ def _mlp_model(path: Path, *, batch: int | str = 1) -> tuple[np.ndarray, np.ndar
     return w, b
 
 
-@needs_pipeline
 def test_compile_then_run_matches_numpy(runner: CliRunner, tmp_path: Path) -> None:
     model = tmp_path / "mlp.onnx"
     w, b = _mlp_model(model, batch="N")
@@ -243,7 +235,6 @@ def test_compile_then_run_matches_numpy(runner: CliRunner, tmp_path: Path) -> No
     )
 
 
-@needs_pipeline
 def test_compile_rejects_a_file_that_is_not_onnx(runner: CliRunner, tmp_path: Path) -> None:
     model = tmp_path / "junk.onnx"
     model.write_bytes(b"\x00not a model at all")
@@ -252,7 +243,6 @@ def test_compile_rejects_a_file_that_is_not_onnx(runner: CliRunner, tmp_path: Pa
     assert not (tmp_path / "a.temper").exists()
 
 
-@needs_pipeline
 def test_compile_rejects_an_unsupported_op(runner: CliRunner, tmp_path: Path) -> None:
     import onnx
     from onnx import TensorProto, helper
@@ -272,10 +262,7 @@ def test_compile_rejects_an_unsupported_op(runner: CliRunner, tmp_path: Path) ->
     _assert_user_error(result, "Frobnicate")
 
 
-@needs_pipeline
 def test_inspect_prints_every_stage(runner: CliRunner, tmp_path: Path) -> None:
-    from compiler.pipeline import STAGES
-
     model = tmp_path / "mlp.onnx"
     _mlp_model(model)
     for stage in STAGES:
@@ -284,7 +271,6 @@ def test_inspect_prints_every_stage(runner: CliRunner, tmp_path: Path) -> None:
         assert result.stdout.strip(), stage
 
 
-@needs_pipeline
 def test_inspect_unknown_stage_and_kernel(runner: CliRunner, tmp_path: Path) -> None:
     model = tmp_path / "mlp.onnx"
     _mlp_model(model)

@@ -30,7 +30,6 @@ import pytest
 import yaml
 
 from compiler.runtime import load
-from service.cli import app
 from tests.models.builders import mlp
 from tests.service.test_executors import free_port
 from tests.storage.conftest import pg_url, pg_user  # noqa: F401  (fixtures)
@@ -61,10 +60,6 @@ def start_order(services: dict[str, Any]) -> list[str]:
     for name in services:
         visit(name, ())
     return order
-
-
-def has_serve() -> bool:
-    return any(cmd.name == "serve" for cmd in app.registered_commands)
 
 
 def test_compose_describes_the_cluster() -> None:
@@ -206,8 +201,6 @@ class LocalCompose:
 
 @pytest.fixture
 def cluster(tmp_path: Path, pg_url: str) -> Iterator[LocalCompose]:  # noqa: F811
-    if not has_serve():
-        pytest.skip("`temper serve` does not exist yet (the API helper adds it)")
     services = load_compose()["services"]
     stack = LocalCompose(tmp_path, pg_url, services)
     try:

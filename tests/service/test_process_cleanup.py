@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.compiler.test_tuning_helpers import small_conv_model
+from tests.models.builders import small_conv_model
 from tests.service.api.server import REPO, LiveServer
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")

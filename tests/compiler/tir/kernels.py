@@ -35,8 +35,13 @@ def matmul_relu(m: int, n: int, k: int) -> PrimFunc:
 
 def run_func(func: PrimFunc, *arrays: np.ndarray) -> None:
     """Compile `func` (scheduled or not) and run it in place on `arrays` (params in order)."""
+    run_flat(flatten(func), *arrays)
+
+
+def run_flat(func: PrimFunc, *arrays: np.ndarray) -> None:
+    """Compile `func` as it is (loads and stores, no blocks: not flattened again) and run it in place."""
     lib = CodeLibrary(host_target())
-    lib.add_kernel(flatten(func), "kernel")
+    lib.add_kernel(func, "kernel")
     so = lib.shared_library()
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "k.so"
