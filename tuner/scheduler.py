@@ -32,7 +32,10 @@ class TaskScheduler:
 
     def record_round(self, state: TaskState, before: float) -> None:
         after = state.best_secs
-        if before == float("inf") or after < before * 0.995:
+        if after == float("inf"):  # every candidate so far failed: no gain, so it converges too
+            self.gain[state.task.key] *= 0.5
+            state.rounds_without_gain += 1
+        elif before == float("inf") or after < before * 0.995:
             improvement = 1.0 if before == float("inf") else (before - after) / before
             self.gain[state.task.key] = max(improvement, 0.01)
             state.rounds_without_gain = 0
@@ -52,8 +55,12 @@ class TaskScheduler:
         if not live:
             return None
 
+        # a task with no working candidate yet counts like the slowest measured one, not as a second
+        measured = [s.best_secs for s in self.states if s.best_secs < float("inf")]
+        unknown = max(measured, default=1.0)
+
         def priority(s: TaskState) -> float:
-            share = s.task.weight * (s.best_secs if s.best_secs < float("inf") else 1.0)
+            share = s.task.weight * (s.best_secs if s.best_secs < float("inf") else unknown)
             return share * self.gain[s.task.key] / (1.0 + 0.05 * s.trials)
 
         return max(live, key=priority)

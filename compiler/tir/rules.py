@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from compiler.errors import ScheduleError
 from compiler.target import Target
 from compiler.tir.ir import Block, For, walk_stmts
+from compiler.tir.legality import check_legal
 from compiler.tir.trace import Schedule
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
@@ -128,7 +129,9 @@ def _vars(e):  # type: ignore[no-untyped-def]
 
 
 def place_producers(sch: Schedule, info: KernelInfo, loop: str | None) -> None:
-    """Compute remaining non-output blocks at `loop` (consumers first); leave them if not legal."""
+    """Compute remaining non-output blocks at `loop` (consumers first); leave them where they are if
+    that is not legal, e.g. a reduction whose result no iteration of a parallel `loop` owns (a
+    softmax's sums across the parallel axis would be written by every iteration)."""
     if loop is None:
         return
     for name in reversed(sch.blocks()):
@@ -137,7 +140,12 @@ def place_producers(sch: Schedule, info: KernelInfo, loop: str | None) -> None:
         path_names = [f.var.name for f in root_loops(sch, name)]
         if loop in path_names:
             continue
-        try_(sch.compute_at, name, loop)
+        try:
+            with sch.attempt():
+                sch.compute_at(name, loop)
+                check_legal(sch.func)
+        except ScheduleError:
+            pass
 
 
 def plane_rows(

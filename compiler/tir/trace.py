@@ -7,8 +7,9 @@ the identical scheduled PrimFunc on the same workload.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -188,6 +189,18 @@ class Schedule:
     @property
     def trace(self) -> Trace:
         return Trace(tuple(self._insts), tuple(sorted(self.decisions.items())))
+
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[None]:
+        """Primitives that stand or fall together: on a ScheduleError inside the block, the schedule
+        (function, trace, decisions) is as it was before it, and the error goes on."""
+        func, count, decisions = self.func, len(self._insts), dict(self.decisions)
+        try:
+            yield
+        except ScheduleError:
+            self.func, self.decisions = func, decisions
+            del self._insts[count:]
+            raise
 
     def decide(self, name: str, options: Sequence[Any], default: Any) -> Any:
         opts = list(options) or [default]

@@ -36,3 +36,15 @@ def test_compiled_op_matches_onnxruntime(name: str, tmp_path) -> None:  # type: 
             np.testing.assert_array_equal(got[key], want, err_msg=key)
         else:
             np.testing.assert_allclose(got[key], want, atol=1e-4, rtol=1e-4, err_msg=key)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_a_large_softmax_over_either_axis_compiles_and_matches(axis: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Over axis 0 the sums run across the output's parallel axis: they stay outside it."""
+    from tests.compiler.frontend.onnx_check import single_op
+
+    x = np.random.default_rng(axis).standard_normal((256, 256)).astype(np.float32)
+    model, feeds = single_op("Softmax", {"x": x}, {}, axis=axis)
+    (got,) = compile_and_run(model, feeds, tmp_path).values()
+    (want,) = run_ort(model, feeds).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -141,12 +141,6 @@ def test_failed_first_measurements_still_count_as_measured(tasks: list[Task]) ->
     assert sched.estimated_latency() == INF
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a round after only failed measurements (best still inf) is accounted like a first "
-    "measurement (gain 1.0, rounds without gain reset) and its share counts 1 s, so a task whose "
-    "candidates all fail takes every batch until its space is exhausted",
-)
 def test_a_task_whose_measurements_keep_failing_converges(tasks: list[Task]) -> None:
     states = _states(tasks)
     sched = TaskScheduler(list(states.values()), patience=2)
@@ -154,6 +148,17 @@ def test_a_task_whose_measurements_keep_failing_converges(tasks: list[Task]) -> 
     for _ in range(2):
         _measure(sched, states["into"], INF)
     assert sched.converged(states["into"])
+    # and while it is live, its share counts like the slowest measured task, not as a whole second
+    fresh = _states(tasks)
+    again = TaskScheduler(list(fresh.values()), patience=5)
+    _measure_all(again, {"into": INF, "wino": 2e-4, "out": 1e-5, "direct": 3e-4}, fresh)
+    picks = []
+    for _ in range(6):
+        state = again.next()
+        assert state is not None
+        picks.append(state)
+        _measure(again, state, INF if state is fresh["into"] else state.best_secs)
+    assert any(p is not fresh["into"] for p in picks)
 
 
 def test_estimated_latency_counts_weights_and_the_better_of_winograd_and_direct(tasks: list[Task]) -> None:

@@ -180,13 +180,6 @@ def test_a_small_kernel_with_a_reduction_keeps_its_naive_loops(rng: np.random.Ge
     _check_softmax(sch, (3, LANES - 1), 1, rng)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ScheduleError,
-    reason="known bug: the generic schedule computes a reduction over the parallel axis inside each "
-    "parallel iteration (every iteration writes all of S), which the legality check refuses; a model "
-    "with a large Softmax over axis 0 fails to compile",
-)
 def test_a_reduction_across_the_parallel_axis_stays_legal(rng: np.random.Generator) -> None:
     shape = (256, 256)
     sch = _scheduled(softmax_columns(*shape))
