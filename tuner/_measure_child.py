@@ -111,6 +111,12 @@ def _load(library: bytes, symbol: str) -> Any:
 Refresh = list[tuple[int, int, int]]  # (destination, source, bytes) copies made before a call
 
 
+def _addr(pointer: int | None) -> int:
+    """A c_void_p array element as an address (the arena never hands out NULL)."""
+    assert pointer is not None
+    return pointer
+
+
 def _calls(fn: Any, arg_sets: list[Any], number: int, refresh: list[Refresh] | None = None) -> float:
     """Seconds taken by `number` calls, each on the next of `arg_sets` in turn (a non-zero return
     code stops the run). With `refresh` (one list per set), each call's activation inputs are first
@@ -178,7 +184,7 @@ def measure_child(
             )
             for _ in range(copies)
         ]
-        out = arg_sets[0][len(inputs)]
+        out = _addr(arg_sets[0][len(inputs)])
         _calls(fn, arg_sets[:1], 1)
         conn.send(("output", ctypes.string_at(out, out_nbytes)))
         if not conn.recv():
@@ -186,7 +192,7 @@ def measure_child(
         refresh = None
         if fresh:
             sources = {i: arena.take(inputs[i], len(inputs[i])) for i in fresh}
-            refresh = [[(args[i], sources[i], len(inputs[i])) for i in fresh] for args in arg_sets]
+            refresh = [[(_addr(args[i]), sources[i], len(inputs[i])) for i in fresh] for args in arg_sets]
         _calls(fn, arg_sets, warmup * len(arg_sets), refresh)
         once = _calls(fn, arg_sets, len(arg_sets), refresh) / len(arg_sets)
         number = max(1, min(_MAX_NUMBER, math.ceil(min_repeat_secs / max(once, 1e-9))))

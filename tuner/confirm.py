@@ -244,7 +244,8 @@ def time_variants(
             raise ConfirmError("the process timing the model variants died") from None
         if tag != "ok":
             raise ConfirmError(f"timing the model variants failed: {data}")
-        return data
+        timings: tuple[list[list[dict[str, float]]], list[float]] = data
+        return timings
     finally:
         conn.close()
         proc.join(1.0)
@@ -271,7 +272,7 @@ def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat:
     # ordinary pages, as the tuner times candidates on (tuner._measure_child._Arena says why): numpy
     # would ask for huge pages for the modules' large buffers
     with contextlib.suppress(ImportError, AttributeError):
-        from numpy._core.multiarray import _set_madvise_hugepage
+        from numpy._core.multiarray import _set_madvise_hugepage  # type: ignore[attr-defined]  # private, no stub
 
         _set_madvise_hugepage(False)
     try:

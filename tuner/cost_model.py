@@ -9,9 +9,12 @@ the database for the target), so the second model of a family starts from what t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 
 class CostModel(Protocol):
@@ -49,7 +52,7 @@ class XGBoostModel:
         self._x: list[np.ndarray] = []
         self._y: list[float] = []
         self._g: list[str] = []
-        self._booster = None
+        self._booster: xgb.Booster | None = None
         self._fallback = RandomModel(seed)
 
     @property

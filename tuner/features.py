@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from compiler.tir.ir import (
+    Allocate,
     Block,
     Buffer,
     Expr,
@@ -21,6 +22,8 @@ from compiler.tir.ir import (
     ForKind,
     Load,
     PrimFunc,
+    Seq,
+    Stmt,
     Store,
     Var,
     substitute,
@@ -42,15 +45,15 @@ def _log(x: float) -> float:
 def _paths(func: PrimFunc) -> list[tuple[list[For], Block]]:
     out: list[tuple[list[For], Block]] = []
 
-    def go(s, loops: list[For]) -> None:  # type: ignore[no-untyped-def]
+    def go(s: Stmt, loops: list[For]) -> None:
         if isinstance(s, For):
             go(s.body, [*loops, s])
         elif isinstance(s, Block):
             out.append((loops, s))
-        elif hasattr(s, "stmts"):
+        elif isinstance(s, Seq):
             for x in s.stmts:
                 go(x, loops)
-        elif hasattr(s, "body"):
+        elif isinstance(s, Allocate):
             go(s.body, loops)
 
     go(func.body, [])

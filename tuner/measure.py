@@ -28,7 +28,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
@@ -113,10 +113,11 @@ class Runner(Protocol):
         ...
 
 
-def mp_context() -> BaseContext:
+def mp_context() -> ForkServerContext | SpawnContext:
     """The start method for builder workers and measuring processes (see the module docstring)."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context("spawn")
 
 
 def _describe(exc: BaseException) -> str:
@@ -296,7 +297,7 @@ def _receive(conn: Connection, proc: BaseProcess, deadline: float, timeout: floa
         proc.kill()
         raise _Failure(ErrorKind.TIMEOUT, f"no result within the {timeout:g} s timeout (process killed)")
     try:
-        message = conn.recv()
+        message: tuple[str, Any] = conn.recv()
     except (EOFError, OSError):
         raise _Failure(ErrorKind.CRASH, _death(proc)) from None
     if message[0] == "error":
@@ -422,8 +423,8 @@ class LocalRunner:
     ) -> RunPayload:
         if task.key not in references:
             try:
-                feeds = task.inputs(self.options.inputs_seed)
-                references[task.key] = (feeds, task.reference(feeds))
+                inputs = task.inputs(self.options.inputs_seed)
+                references[task.key] = (inputs, task.reference(inputs))
             except Exception as exc:
                 references[task.key] = f"the reference kernel failed: {_describe(exc)}"
         reference = references[task.key]

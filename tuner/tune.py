@@ -211,19 +211,19 @@ def tune(
     if on_progress:
         on_progress(snapshot())
     while not out_of_budget():
-        st = sched.next()
-        if st is None:
+        picked = sched.next()
+        if picked is None:
             stop_reason = _converged(states, exhausted, topts.patience)
             break
         n = min(topts.batch, budget - done)
-        cands = propose(st, cost_model, n, rng, topts.epsilon)
+        cands = propose(picked, cost_model, n, rng, topts.epsilon)
         if not cands:
-            st.rounds_without_gain = topts.patience  # space exhausted
-            exhausted.add(st.task.key)
+            picked.rounds_without_gain = topts.patience  # space exhausted
+            exhausted.add(picked.task.key)
             continue
-        before = st.best_secs
-        run_batch(st, [c.trace for c in cands])
-        sched.record_round(st, before)
+        before = picked.best_secs
+        run_batch(picked, [c.trace for c in cands])
+        sched.record_round(picked, before)
         curve.append((done - base, sched.estimated_latency()))
         if on_progress:
             on_progress(snapshot())

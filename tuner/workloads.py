@@ -46,7 +46,7 @@ def describe(name: str, group: Any, const_params: frozenset[str], anchor_op: str
     }
 
 
-_DESCRIPTION_FIELDS = {
+_DESCRIPTION_FIELDS: dict[str, type | tuple[type, ...]] = {
     "version": int,
     "name": str,
     "ops": list,
