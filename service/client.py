@@ -22,7 +22,16 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from service.schemas import CompilationOut, HealthOut, ImportOut, ModelOut, Stage, TuningJobOut
+from service.schemas import (
+    CompilationOut,
+    HealthOut,
+    ImportOut,
+    ModelOut,
+    RecordOut,
+    Stage,
+    TargetOut,
+    TuningJobOut,
+)
 
 T = TypeVar("T")
 FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -309,6 +318,19 @@ class Client:
         return self._typed(dict[str, Any], "GET", f"/v1/artifacts/{artifact_id}/manifest")
 
     # --- records -------------------------------------------------------------------------------
+
+    def list_records(
+        self, *, target: str | None = None, model_id: str | None = None, best: bool = False, limit: int = 200
+    ) -> list[RecordOut]:
+        params: dict[str, Any] = {"best": best, "limit": limit}
+        if target is not None:
+            params["target"] = target
+        if model_id is not None:
+            params["model_id"] = model_id
+        return self._typed(list[RecordOut], "GET", "/v1/records", params=params)
+
+    def list_targets(self) -> list[TargetOut]:
+        return self._typed(list[TargetOut], "GET", "/v1/records/targets")
 
     def export_records(
         self, destination: str | os.PathLike[str] | None = None, *, target: str | None = None

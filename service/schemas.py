@@ -201,3 +201,25 @@ class ImportOut(_Response):
     workloads_added: int
     records_added: int
     records_skipped: int = Field(description="Already in the database, or repeated in the file.")
+
+
+class RecordOut(_Response):
+    """One tuning record, as `temper records list` shows it."""
+
+    id: int
+    target_key: str
+    workload_key: str
+    name: str = Field(description="The kernel (task) name the workload was tuned under.")
+    anchor: str | None = Field(None, description="The op the kernel is built around.")
+    flops: int
+    seconds: float | None = Field(None, description="Median time alone; null for a failed candidate.")
+    model_secs: float | None = Field(None, description="Time per call inside the compiled model, when timed.")
+    verification: str
+    error_kind: str | None = None
+    created: datetime
+
+
+class TargetOut(_Response):
+    key: str
+    records: int
+    description: str = Field(description="The CPU and what the key's features digest stands for.")

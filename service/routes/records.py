@@ -17,10 +17,11 @@ from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
 
+from compiler.target import describe_key, target_key
 from service.deps import AdminDep, PrincipalDep, ServicesDep
 from service.errors import InvalidInputError, UnsupportedMediaTypeError
-from service.routes.common import errors
-from service.schemas import ImportOut
+from service.routes.common import errors, model_or_404
+from service.schemas import ImportOut, RecordOut, TargetOut
 from storage import export_records, import_records
 
 router = APIRouter(prefix="/v1/records", tags=["records"], responses=errors(401, 422))
@@ -31,6 +32,37 @@ RAW_MEDIA_TYPES = frozenset(
     {JSONL, "application/jsonl", "application/json-lines", "application/jsonlines", "text/plain",
      "application/octet-stream"}
 )  # fmt: skip
+
+
+@router.get(
+    "",
+    summary="List tuning records (ids for NODE=record:ID overrides, times, dates)",
+    responses=errors(404),
+)
+def list_records(
+    principal: PrincipalDep,
+    services: ServicesDep,
+    target: Annotated[
+        str | None, Query(max_length=255, description="'host', an LLVM CPU name or a target key.")
+    ] = None,
+    model_id: Annotated[str | None, Query(description="Only the records of this model's kernels.")] = None,
+    best: Annotated[bool, Query(description="Only the record compiles use per kernel and target.")] = False,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+) -> list[RecordOut]:
+    """Fastest first per kernel and target; a model's kernels are those of its upload's shapes."""
+    keys = None
+    if model_id is not None:
+        model = model_or_404(services, principal, model_id)
+        keys = [t["key"] for t in (model.summary or {}).get("tasks", [])]
+    key = target_key(target) if target is not None else None
+    rows = services.db.listing(key, keys, best=best, limit=limit)
+    return [RecordOut.model_validate(r.to_json()) for r in rows]
+
+
+@router.get("/targets", summary="The targets with tuning records, in words")
+def list_targets(_principal: PrincipalDep, services: ServicesDep) -> list[TargetOut]:
+    counts = services.db.target_counts()
+    return [TargetOut(key=k, records=n, description=describe_key(k)) for k, n in sorted(counts.items())]
 
 
 @router.get(

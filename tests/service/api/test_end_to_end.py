@@ -68,6 +68,14 @@ def tune_compile_run(
         assert progress.estimated_latency_s is not None and progress.estimated_latency_s > 0
     assert measured and all(t.best_secs and t.best_gflops for t in measured)
 
+    # the records the job made, with their ids, as `temper records list` shows them
+    best = client.list_records(model_id=uploaded.id, best=True)
+    assert {r.workload_key for r in best} == {t.key for t in measured}
+    assert all(r.id and r.seconds and r.target_key for r in best)
+    assert len(client.list_records(model_id=uploaded.id)) >= len(best)
+    (target,) = client.list_targets()
+    assert target.key == best[0].target_key and "this machine's CPU and features" in target.description
+
     comp = client.wait_compilation(client.create_compilation(uploaded.id).id, timeout=timeout)
     assert comp.state == "succeeded" and comp.artifact_id, comp.error
     manifest = client.artifact_manifest(comp.artifact_id)

@@ -144,6 +144,8 @@ V1_ROUTES = [
     ("GET", f"/v1/artifacts/{UNKNOWN_ID}"),
     ("GET", f"/v1/artifacts/{UNKNOWN_ID}/manifest"),
     ("GET", "/v1/records/export"),
+    ("GET", "/v1/records"),
+    ("GET", "/v1/records/targets"),
     ("POST", "/v1/records/import"),
 ]
 
