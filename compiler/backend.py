@@ -155,9 +155,10 @@ class TemperBackend(Backend):
     @classmethod
     def supports_device(cls, device: str) -> bool:
         try:
-            return Device(device).type == DeviceType.CPU
+            on_cpu: bool = Device(device).type == DeviceType.CPU
         except AttributeError:  # an unknown device name
             return False
+        return on_cpu
 
 
 def _is_static(value: onnx.ValueInfoProto) -> bool:

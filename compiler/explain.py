@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.graph.ir import Graph
-from compiler.graph.passes import PARTITIONS, implementations
+from compiler.graph.passes import PARTITIONS, Group, implementations
 from compiler.graph.passes.alter_layout import why_planar
 from compiler.graph.passes.conv_algorithm import algorithm_report
 from compiler.kernels import Kernel, ScheduleSource, family_rule
@@ -115,7 +115,7 @@ def explain_model(
     history = _history(fr)
     reasons = _conv_reasons(fr)
     out = tuple(_explain(fr, k, history, reasons, profile or {}) for k in kernels)
-    notes = ()
+    notes: tuple[str, ...] = ()
     if fr.direct_convs:
         notes = (f"tuning measured direct kernels faster for: {', '.join(sorted(fr.direct_convs))}",)
     return Explanation(fr.target.to_json(), tuple(fr.passes), out, notes)
@@ -196,7 +196,7 @@ def _explain(
     )
 
 
-def _group_of(fr: Frontier, k: Kernel) -> Any:
+def _group_of(fr: Frontier, k: Kernel) -> Group:
     return next(g for g in fr.kernels if g.name == k.workload.func.name).group
 
 
@@ -249,9 +249,9 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
                 verdict = f"stays NCHW: {reason}" if reason else f"runs blocked (NCHW{block}c)"
                 out.setdefault(call.name, []).append(f"alter_layout: {verdict}")
     report = algorithm_report(fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs)
-    for name, tile in report["winograd"].items():  # type: ignore[attr-defined]
+    for name, tile in report["winograd"].items():
         out.setdefault(name, []).append(f"conv_algorithm: Winograd {tile} (the rule's conditions hold)")
-    for name, reason in report["direct"].items():  # type: ignore[attr-defined]
+    for name, reason in report["direct"].items():
         out.setdefault(name, []).append(f"conv_algorithm: stays direct: {reason}")
     return out
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from compiler.errors import CompilerError, ScheduleError
-from compiler.graph.ir import Call, Const, Var
+from compiler.graph.ir import Call, Const, Graph, Var
 from compiler.ops import registry
 from compiler.target import Target
 from compiler.tir import compute as te
@@ -68,12 +68,26 @@ class Kernel:
     same_as: str | None = None
 
 
+class GroupLike(Protocol):
+    """What lowering reads of a fused group: compiler.graph.passes.fuse.Group, or the stand-in the
+    tuner rebuilds from a workload's description."""
+
+    @property
+    def params(self) -> tuple[Var, ...]: ...
+
+    @property
+    def body(self) -> Graph: ...
+
+    @property
+    def anchor(self) -> Call | None: ...
+
+
 def _sym(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return s if s and not s[0].isdigit() else f"k_{s}"
 
 
-def workload_key(group: Any, const_params: frozenset[int]) -> str:
+def workload_key(group: GroupLike, const_params: frozenset[int]) -> str:
     """Content hash of the group's computation: ops, attributes, types, which params are constant.
 
     Node names and constant values are left out so identical kernels share one key everywhere.
@@ -129,7 +143,7 @@ def _flops(func_stages: list[te.Tensor]) -> int:
     return total
 
 
-def lower_group(group: Any, kernel_name: str, target: Target, const_params: frozenset[int]) -> Workload:
+def lower_group(group: GroupLike, kernel_name: str, target: Target, const_params: frozenset[int]) -> Workload:
     """Evaluate every op's compute definition over the group's params and lower the result."""
     with te.tensor_scope():
         env: dict[int, te.Tensor] = {}

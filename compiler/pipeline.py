@@ -211,7 +211,9 @@ def measured_direct(
         own = timed.get(alt.kernel.workload.key)
         other = schedules.lookup(alt.twin.key, fr.target.key)
         if own is not None and other is not None and other.seconds is not None and other.seconds < own:
-            faster.add(alt.kernel.group.anchor.name)
+            anchor = alt.kernel.group.anchor
+            assert anchor is not None  # a Winograd kernel is anchored on its conv
+            faster.add(anchor.name)
     return frozenset(faster)
 
 

@@ -104,6 +104,12 @@ def make_plan(fused: Graph, kernels: Mapping[Call, Kernel | None]) -> tuple[dict
             param_ids[key] = new(data.shape, str(data.dtype), "param", name=c.name, offset=off)
         return param_ids[key]
 
+    def root(bid: int) -> int:
+        """The buffer with memory of its own that bid views (itself unless an alias)."""
+        while (up := bufs[bid].alias_of) is not None:
+            bid = up
+        return bid
+
     out_names: dict[Expr, list[str]] = {}
     for name, o in zip(fused.output_names, fused.outputs, strict=True):
         out_names.setdefault(o, []).append(name)
@@ -128,10 +134,7 @@ def make_plan(fused: Graph, kernels: Mapping[Call, Kernel | None]) -> tuple[dict
                 arg_ids.append(of_node[a])
         names = out_names.get(node)
         if k is None and not names:
-            root = arg_ids[0]
-            while bufs[root].alias_of is not None:
-                root = bufs[root].alias_of  # type: ignore[assignment]
-            of_node[node] = new(node.type.shape, node.type.dtype, "alias", alias_of=root)
+            of_node[node] = new(node.type.shape, node.type.dtype, "alias", alias_of=root(arg_ids[0]))
             continue
         if names:
             oid = new(node.type.shape, node.type.dtype, "output", name=names[0])
@@ -152,11 +155,6 @@ def make_plan(fused: Graph, kernels: Mapping[Call, Kernel | None]) -> tuple[dict
             outputs[name] = of_node[o]
 
     # lifetimes of workspace buffers (alias reads count for their root)
-    def root(bid: int) -> int:
-        while bufs[bid].alias_of is not None:
-            bid = bufs[bid].alias_of  # type: ignore[assignment]
-        return bid
-
     last_use: dict[int, int] = {}
     for s, reads in enumerate(step_reads):
         for r in reads:

@@ -119,12 +119,14 @@ class CodeLibrary:
     def assembly(self) -> str:
         self.finalize()
         with _LLVM_LOCK:
-            return self.target_machine.emit_assembly(self._final)
+            asm: str = self.target_machine.emit_assembly(self._final)
+            return asm
 
     def object_code(self) -> bytes:
         self.finalize()
         with _LLVM_LOCK:
-            return self.target_machine.emit_object(self._final)
+            obj: bytes = self.target_machine.emit_object(self._final)
+            return obj
 
     def shared_library(self) -> bytes:
         """Link the object code with the parallel runtime into a shared library (C ABI; needs libc and

@@ -11,7 +11,6 @@ left. Kernels have the C ABI `int32_t name(void **args)`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from llvmlite import ir
 
@@ -80,6 +79,11 @@ def _is_float(dtype: str) -> bool:
     return dtype.startswith("float")
 
 
+# a load's flat offset, its affine form (None unless it is affine and varies across vector lanes) and
+# its offset at lane 0 (when it has an affine form)
+_LoadPlan = tuple[Expr, tuple[dict[Expr, int], int] | None, Expr | None]
+
+
 @dataclass
 class _Ctx:
     """Per-LLVM-function emission state."""
@@ -100,7 +104,7 @@ class KernelEmitter:
         self.func = func
         self.symbol = symbol
         self._outlined = 0
-        self._load_plans: dict[tuple[Load, Var | None], tuple[Any, ...]] = {}
+        self._load_plans: dict[tuple[Load, Var | None], _LoadPlan] = {}
 
     # ------------------------------------------------------------------ entry points
     def emit(self) -> ir.Function:
@@ -215,7 +219,8 @@ class KernelEmitter:
         if not self._depends(ctx, off):
             v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, off)), typ=mem)
             return b.trunc(v, I1) if e.buffer.dtype == "bool" else v
-        var, lanes = ctx.vec  # type: ignore[misc]
+        assert ctx.vec is not None  # the offset depends on the vector variable
+        var, lanes = ctx.vec
         if (
             lin is not None
             and lin[0].get(var) == 1
@@ -602,7 +607,8 @@ class KernelEmitter:
 
     def _masked_store(self, ctx: _Ctx, buf: Buffer, off: Expr, val: ir.Value) -> None:
         b = ctx.builder
-        var, lanes = ctx.vec  # type: ignore[misc]
+        assert ctx.vec is not None  # only vector stores are masked
+        var, lanes = ctx.vec
         mask = ctx.mask
         lin = affine_coeffs(off)
         saved, ctx.vec, ctx.mask = (ctx.vec, ctx.mask), None, None

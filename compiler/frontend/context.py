@@ -111,7 +111,9 @@ class NodeContext:
         data = self.const(i, what)
         return None if data is None else [int(x) for x in data.reshape(-1)]
 
-    def new_const(self, data: np.ndarray | float | int, dtype: str | None = None, name: str = "") -> Const:
+    def new_const(
+        self, data: np.ndarray | np.generic | float | int, dtype: str | None = None, name: str = ""
+    ) -> Const:
         arr = np.asarray(data, dtype=dtype)
         if arr.dtype == np.float16:  # float16 constants take part in float32 computation
             arr = arr.astype(np.float32)

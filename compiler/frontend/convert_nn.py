@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from compiler.errors import ShapeError
-from compiler.frontend.context import NodeContext, OpConverter, ScanInfo
+from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanInfo
 from compiler.graph.ir import Expr
 from compiler.ops.common import norm_axis, same_pads
 from compiler.ops.conv_transpose import conv_transpose_out_size
@@ -259,7 +259,7 @@ def _check_pool(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> 
     return _check_window(node, attrs, info)
 
 
-def _global_pool(op: str) -> Any:
+def _global_pool(op: str) -> Converter:
     def convert(ctx: NodeContext) -> Sequence[Expr]:
         x = ctx.arg(0)
         return [ctx.emit(op, [x], axes=tuple(range(2, x.type.ndim)), keepdims=1)]
@@ -385,7 +385,7 @@ def _check_layer_norm(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInf
     return None
 
 
-def _softmax(op: str) -> Any:
+def _softmax(op: str) -> Converter:
     def convert(ctx: NodeContext) -> Sequence[Expr]:
         x = ctx.arg(0)
         return [ctx.emit(op, [x], axis=norm_axis(int(ctx.attr("axis", -1)), x.type.ndim))]

@@ -25,7 +25,8 @@ from google.protobuf.message import Message
 from compiler.errors import ModelError, ShapeError
 from compiler.limits import DEFAULT_LIMITS, Limits
 
-_TYPED_FIELDS = {  # dtype -> (field holding its values, entries per element) when not in raw_data
+# dtype -> (field holding its values, entries per element) when not in raw_data
+_TYPED_FIELDS: dict[int, tuple[str, int]] = {
     onnx.TensorProto.FLOAT: ("float_data", 1),
     onnx.TensorProto.DOUBLE: ("double_data", 1),
     onnx.TensorProto.COMPLEX64: ("float_data", 2),
@@ -46,7 +47,8 @@ EXTERNAL_DATA_REFUSED = (
 def dtype_name(elem_type: int) -> str:
     """The ONNX name of a dtype number, or the number itself when ONNX defines no such dtype."""
     if elem_type in _KNOWN_DTYPES:
-        return onnx.TensorProto.DataType.Name(elem_type)
+        name: str = onnx.TensorProto.DataType.Name(elem_type)  # protobuf's enum wrapper is untyped here
+        return name
     return f"{elem_type} (not an ONNX dtype)"
 
 

@@ -159,7 +159,7 @@ def parse_model(
 
 
 def _default_opset(proto: onnx.ModelProto) -> int:
-    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    versions: list[int] = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
     if not versions:
         raise ModelError("model imports no opset of the default ONNX domain")
     version = max(versions)

@@ -7,11 +7,14 @@ output: multi-output ONNX ops are split into single-output calls by the frontend
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from compiler.graph.passes.fuse import Group
 
 # Short dtype names used by the printer and everywhere else in the compiler.
 DTYPES: dict[str, str] = {
@@ -88,7 +91,7 @@ def attrs_of(mapping: Mapping[str, AttrValue]) -> tuple[tuple[str, AttrValue], .
             return float(v)
         if isinstance(v, bytes):
             return v.decode()
-        return v
+        return v  # type: ignore[no-any-return]  # anything else passes as is; the verifier rejects it
 
     return tuple(sorted((k, freeze(v)) for k, v in mapping.items()))
 
@@ -100,7 +103,7 @@ class Call:
 
     op: str
     args: tuple[Expr, ...]
-    attrs: tuple[tuple[str, AttrValue], ...]
+    attrs: tuple[tuple[str, AttrValue | Group], ...]  # a fused call's one attribute is its Group
     type: TensorType
     name: str = ""
 
@@ -170,7 +173,7 @@ def users(graph: Graph) -> dict[int, list[Call]]:
     return out
 
 
-def rewrite(graph: Graph, fn: Any) -> Graph:
+def rewrite(graph: Graph, fn: Callable[[Call, tuple[Expr, ...]], Expr | None]) -> Graph:
     """Rebuild the graph bottom-up. `fn(node, new_args)` returns the replacement of a call
     whose arguments were already rewritten (or None to keep it, rebuilt on the new args)."""
     memo: dict[int, Expr] = {}

@@ -37,7 +37,8 @@ def _softplus_expr(x: Expr) -> Expr:
 
 
 def _softplus64(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+    out: np.ndarray = np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+    return out
 
 
 def _elu_expr(x: Expr, alpha: float) -> Expr:

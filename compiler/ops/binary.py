@@ -65,26 +65,31 @@ def _prelu_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorTy
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Integer division truncating toward zero (C semantics, as onnxruntime does)."""
     q = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
+    out: np.ndarray = np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
+    return out
 
 
 def _add(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.add(a[0], a[1])
+    out: np.ndarray = np.add(a[0], a[1])
+    return out
 
 
 def _sub(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.subtract(a[0], a[1])
+    out: np.ndarray = np.subtract(a[0], a[1])
+    return out
 
 
 def _mul(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.multiply(a[0], a[1])
+    out: np.ndarray = np.multiply(a[0], a[1])
+    return out
 
 
 def _div(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     if np.issubdtype(a[0].dtype, np.integer):
         return _int_div(a[0], a[1])
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.divide(a[0], a[1])
+        out: np.ndarray = np.divide(a[0], a[1])
+        return out
 
 
 def _pow(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
@@ -94,23 +99,28 @@ def _pow(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
 
 
 def _minimum(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.minimum(a[0], a[1])
+    out: np.ndarray = np.minimum(a[0], a[1])
+    return out
 
 
 def _maximum(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.maximum(a[0], a[1])
+    out: np.ndarray = np.maximum(a[0], a[1])
+    return out
 
 
 def _equal(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.equal(a[0], a[1])
+    out: np.ndarray = np.equal(a[0], a[1])
+    return out
 
 
 def _less(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.less(a[0], a[1])
+    out: np.ndarray = np.less(a[0], a[1])
+    return out
 
 
 def _greater(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.greater(a[0], a[1])
+    out: np.ndarray = np.greater(a[0], a[1])
+    return out
 
 
 def _where(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
@@ -169,9 +179,8 @@ def _prelu_compute(
 
 def _mod(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x, y = a
-    if attrs.get("fmod", 0):
-        return np.fmod(x, y).astype(x.dtype)
-    return np.mod(x, y).astype(x.dtype)
+    out: np.ndarray = np.fmod(x, y) if attrs.get("fmod", 0) else np.mod(x, y)
+    return out.astype(x.dtype)
 
 
 def _mod_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
@@ -185,7 +194,7 @@ def _mod_expr(x: Expr, y: Expr, fmod: bool) -> Expr:
     """fmod: the remainder with the dividend's sign (C's fmod); else the divisor's (Python's %)."""
     if x.dtype.startswith("float"):
         q = te.div(x, y)
-        zero = FloatImm(0.0, x.dtype)
+        zero: Expr = FloatImm(0.0, x.dtype)
         truncated = te.select(BinOp("<", q, zero), te.call("ceil", q), te.call("floor", q))
         return te.sub(x, te.mul(truncated, y))
     floor_mod = BinOp("%", x, y)  # the IR's % is floor modulo: the divisor's sign

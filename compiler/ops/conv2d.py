@@ -24,8 +24,9 @@ from compiler.ops.common import (
     positive,
 )
 from compiler.ops.registry import OpDef, Pattern, register
+from compiler.target import Target
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Expr, FloatImm, Layout, Load, walk_expr
+from compiler.tir.ir import BinOp, Block, Expr, FloatImm, Layout, Load, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -34,6 +35,7 @@ from compiler.tir.rules import (
     parallel_vectorize,
     plane_rows,
     root_loops,
+    store_of,
 )
 from compiler.tir.trace import Schedule
 
@@ -181,7 +183,7 @@ def _conv2d_compute(
     return te.compute(out.shape, body, name, tag=kind, axis_names=["n", "oc", "oh", "ow"], dtype=out.dtype)
 
 
-def conv_tile(target: Any, oc: int, ow: int) -> tuple[int, int]:
+def conv_tile(target: Target, oc: int, ow: int) -> tuple[int, int]:
     """(oc tile = vector lanes x 1|2, ow tile) with as many accumulators as registers allow."""
     lanes = target.lanes()
     regs = target.vector_registers
@@ -201,12 +203,12 @@ def conv_tile(target: Any, oc: int, ow: int) -> tuple[int, int]:
 def _consumer_and_scope(sch: Schedule, info: KernelInfo, anchor: str) -> str:
     blk = block_of(sch, anchor)
     if info.output_block != anchor:
-        sch.set_scope(blk.body.buffer.name, "local")  # type: ignore[union-attr]
+        sch.set_scope(store_of(blk).buffer.name, "local")
         return info.output_block
     return sch.cache_write(anchor)
 
 
-def _default_axis(info: KernelInfo, blk: Any) -> str:
+def _default_axis(info: KernelInfo, blk: Block) -> str:
     """Vectorize along output channels, unless they do not fill vectors or the reduction is so short
     (a pointwise conv of few channels) that storing channel-major tiles into NCHW rows would cost
     more than the arithmetic -- then along output columns, when rows are several vectors long."""
@@ -218,12 +220,12 @@ def _default_axis(info: KernelInfo, blk: Any) -> str:
     return "oc"
 
 
-def _groups(blk: Any) -> int:
+def _groups(blk: Block) -> int:
     """A conv block's channel groups: its input's channels over the channels one group reduces."""
     oc_var = blk.iter_vars[1].var
     data = next(
         x
-        for x in walk_expr(blk.body.value)
+        for x in walk_expr(store_of(blk).value)
         if isinstance(x, Load) and not (x.indices and x.indices[0] is oc_var)
     )
     return int(data.buffer.shape[1]) // int(blk.iter_vars[4].extent)
@@ -329,7 +331,7 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
             sch.unroll(lrx)
         weight = next(
             x.buffer.name
-            for x in walk_expr(blk.body.value)  # type: ignore[union-attr]
+            for x in walk_expr(store_of(blk).value)
             if isinstance(x, Load) and x.indices[0] is oc_iv.var
         )
         if weight in sch.const_params and oc % nt == 0:

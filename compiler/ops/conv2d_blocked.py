@@ -128,7 +128,7 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 
     def dense(n: Expr, ocb: Expr, oh: Expr, ow: Expr, oc: Expr) -> te.Reduce:
         h, col = at(oh, ow)
-        icb = rcb.var
+        icb: Expr = rcb.var
         if groups > 1:
             icb = te.add(te.mul(BinOp("//", ocb, te.idx(blocks_per_group)), te.idx(wicb)), rcb.var)
         value = te.mul(xp[n, icb, h, col, rci.var], w[ocb, rcb.var, ry.var, rx.var, rci.var, oc])

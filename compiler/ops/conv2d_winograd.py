@@ -20,7 +20,7 @@ picks this algorithm (see compiler/graph/passes/conv_algorithm.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -99,7 +99,8 @@ def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(B^T, G, A^T) of F(m x m, 3 x 3) as float64 arrays."""
     if m not in _MATRICES:
         raise fail(f"Winograd tile must be one of {list(TILES)}, got {m}")
-    return tuple(np.array(x, dtype=np.float64) for x in _MATRICES[m])  # type: ignore[return-value]
+    bt, g, at = _MATRICES[m]
+    return np.array(bt, dtype=np.float64), np.array(g, dtype=np.float64), np.array(at, dtype=np.float64)
 
 
 def transform_weight(packed: np.ndarray, m: int) -> np.ndarray:
@@ -182,7 +183,9 @@ def _linear_combination(coefs: Sequence[tuple[Fraction, Expr]]) -> Expr:
     return total if total is not None else te.f32(0.0)
 
 
-def _by_position(pos: tuple[Expr, Expr], extent: tuple[int, int], expr_at: Any) -> Expr:
+def _by_position(
+    pos: tuple[Expr, Expr], extent: tuple[int, int], expr_at: Callable[[int, int], Expr]
+) -> Expr:
     """select(pos == (a, b), expr_at(a, b), ...) over every position of the tile: unrolling the
     position loops leaves one branch per position, with its own coefficients as constants."""
     rows = []

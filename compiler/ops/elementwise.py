@@ -51,43 +51,52 @@ def erf64(x: np.ndarray) -> np.ndarray:
 
 
 def _neg(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.negative(a[0])
+    out: np.ndarray = np.negative(a[0])
+    return out
 
 
 def _abs(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.abs(a[0])
+    out: np.ndarray = np.abs(a[0])
+    return out
 
 
 def _exp(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return np.exp(a[0])
+        out: np.ndarray = np.exp(a[0])
+        return out
 
 
 def _log(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(a[0])
+        out: np.ndarray = np.log(a[0])
+        return out
 
 
 def _sqrt(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     with np.errstate(invalid="ignore"):
-        return np.sqrt(a[0])
+        out: np.ndarray = np.sqrt(a[0])
+        return out
 
 
 def _reciprocal(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     with np.errstate(divide="ignore"):
-        return np.reciprocal(a[0])
+        out: np.ndarray = np.reciprocal(a[0])
+        return out
 
 
 def _tanh(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.tanh(a[0])
+    out: np.ndarray = np.tanh(a[0])
+    return out
 
 
 def _sigmoid(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.exp(-np.logaddexp(0.0, -_f64(a[0]))).astype(a[0].dtype)
+    out: np.ndarray = np.exp(-np.logaddexp(0.0, -_f64(a[0]))).astype(a[0].dtype)
+    return out
 
 
 def _relu(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
-    return np.maximum(a[0], np.zeros((), a[0].dtype))
+    out: np.ndarray = np.maximum(a[0], np.zeros((), a[0].dtype))
+    return out
 
 
 def _erf_ref(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
@@ -106,12 +115,14 @@ def _clip(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
         info = np.iinfo(x.dtype)
         lo = info.min if lo == -math.inf else math.ceil(lo)
         hi = info.max if hi == math.inf else math.floor(hi)
-    return np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi))
+    out: np.ndarray = np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi))
+    return out
 
 
 def _hard_sigmoid(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = _f64(a[0])
-    return np.clip(attrs["alpha"] * x + attrs["beta"], 0.0, 1.0).astype(a[0].dtype)
+    out: np.ndarray = np.clip(attrs["alpha"] * x + attrs["beta"], 0.0, 1.0).astype(a[0].dtype)
+    return out
 
 
 def _hard_swish(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:

@@ -17,7 +17,7 @@ from compiler.ops.common import NUMERIC, broadcast_shapes, expect_args, expect_d
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tir import compute as te
-from compiler.tir.ir import Layout, Load, walk_expr
+from compiler.tir.ir import Expr, Layout, Load, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -25,6 +25,7 @@ from compiler.tir.rules import (
     inline_injective,
     parallel_vectorize,
     root_loops,
+    store_of,
 )
 from compiler.tir.trace import Schedule
 
@@ -43,7 +44,8 @@ def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
 
 
 def _reference(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    return np.matmul(a[0], a[1])
+    out: np.ndarray = np.matmul(a[0], a[1])
+    return out
 
 
 # ------------------------------------------------------------------ lowering: compute definitions
@@ -54,7 +56,7 @@ def _matmul_compute(
     nb = len(out.shape) - 2
     k = te.reduce_axis(a.shape[-1], "k")
 
-    def body(*ix: Any) -> te.Reduce:
+    def body(*ix: Expr) -> te.Reduce:
         batch, i, j = ix[:nb], ix[nb], ix[nb + 1]
         ai = [*te.broadcast_indices(out.shape[:nb], a.shape[:-2], batch), i, k.var]
         bi = [*te.broadcast_indices(out.shape[:nb], b.shape[:-2], batch), k.var, j]
@@ -107,7 +109,7 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     assert mm is not None
     inline_injective(sch, info)
     blk = block_of(sch, mm)
-    out_buf = blk.body.buffer  # type: ignore[union-attr]
+    out_buf = store_of(blk).buffer
     consumer = info.output_block
     if consumer != mm:
         sch.set_scope(out_buf.name, "local")
@@ -145,9 +147,9 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     weight_bytes = max(
         (
             math.prod(x.buffer.shape) * 4
-            for x in walk_expr(blk.body.value)
+            for x in walk_expr(store_of(blk).value)
             if isinstance(x, Load) and x.buffer.name in sch.const_params
-        ),  # type: ignore[union-attr]
+        ),
         default=0,
     )
     small = 2 * batch_size * M * N * K < MIN_PARALLEL_FLOPS and weight_bytes < MIN_PARALLEL_WEIGHT_BYTES
@@ -171,7 +173,7 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     # constant, by a copy at the start of the kernel when its panels are reused by enough rows
     rhs = next(
         x.buffer
-        for x in walk_expr(blk.body.value)  # type: ignore[union-attr]
+        for x in walk_expr(store_of(blk).value)
         if isinstance(x, Load) and x.indices[-1] is blk.iter_vars[-2].var
     )
     r = len(rhs.shape)

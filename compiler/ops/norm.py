@@ -11,7 +11,7 @@ from compiler.graph.ir import TensorType
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, float_attr, int_attr
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tir import compute as te
-from compiler.tir.ir import Expr, IntImm
+from compiler.tir.ir import Expr, IntImm, IterVar
 
 
 def _batch_norm_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
@@ -47,7 +47,8 @@ def _batch_norm(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     rank = x.ndim
     mul = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + attrs["epsilon"])
     y = (x - channel_view(mean, rank)) * channel_view(mul, rank) + channel_view(bias, rank)
-    return y.astype(x.dtype)
+    out: np.ndarray = y.astype(x.dtype)
+    return out
 
 
 def _layer_norm_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
@@ -76,7 +77,8 @@ def _layer_norm(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     mean = x64.mean(axis=axes, keepdims=True)
     var = ((x64 - mean) ** 2).mean(axis=axes, keepdims=True)
     y = (x64 - mean) / np.sqrt(var + attrs["epsilon"]) * scale + bias
-    return y.astype(x.dtype)
+    out: np.ndarray = y.astype(x.dtype)
+    return out
 
 
 # ------------------------------------------------------------------ lowering: compute definitions
@@ -106,7 +108,7 @@ def _layer_norm_compute(
         count *= x.shape[a]
     stat_shape = [d if a < axis else 1 for a, d in enumerate(x.shape)]
 
-    def reduced(ix: Sequence[Expr], rs: list[Any]) -> list[Expr]:
+    def reduced(ix: Sequence[Expr], rs: list[IterVar]) -> list[Expr]:
         return [ix[a] if a < axis else rs[a - axis].var for a in range(x.ndim)]
 
     def stat_ix(ix: Sequence[Expr]) -> list[Expr]:

@@ -33,7 +33,7 @@ from compiler.ops.common import (
 from compiler.ops.conv2d import pad_tensor
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Expr, FloatImm
+from compiler.tir.ir import BinOp, Expr, FloatImm, IterVar
 from compiler.tir.rules import (
     MIN_PARALLEL_WORK,
     KernelInfo,
@@ -42,6 +42,7 @@ from compiler.tir.rules import (
     parallel_vectorize,
     plane_rows,
     root_loops,
+    store_of,
 )
 from compiler.tir.trace import Schedule
 
@@ -144,7 +145,9 @@ def _avg_pool(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ lowering: compute definitions
-def _window_index(x: te.Tensor, attrs: dict[str, Any], oh: Expr, ow: Expr, ry: Any, rx: Any):  # type: ignore[no-untyped-def]
+def _window_index(
+    x: te.Tensor, attrs: dict[str, Any], oh: Expr, ow: Expr, ry: IterVar, rx: IterVar
+) -> tuple[Expr | None, Expr, Expr]:
     sh, sw = attrs["strides"]
     pt, pl = attrs["pads"][0], attrs["pads"][1]
     dh, dw = attrs.get("dilations", (1, 1))
@@ -209,7 +212,7 @@ def _max_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
     inline_injective(sch, info, keep=keep)
     blk = block_of(sch, pool)
     if info.output_block != pool:
-        sch.set_scope(blk.body.buffer.name, "local")  # type: ignore[union-attr]
+        sch.set_scope(store_of(blk).buffer.name, "local")
         consumer = info.output_block
     else:
         consumer = sch.cache_write(pool)

@@ -44,7 +44,8 @@ def _reduce_infer(op: str, allowed: Sequence[str]) -> Callable[..., TensorType]:
 
 def _reduce_sum(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0]
-    return np.sum(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]), dtype=x.dtype)
+    out: np.ndarray = np.sum(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]), dtype=x.dtype)
+    return out
 
 
 def _reduce_mean(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
@@ -55,7 +56,8 @@ def _reduce_mean(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 def _reduce_max(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0]
-    return np.max(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]))
+    out: np.ndarray = np.max(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]))
+    return out
 
 
 # ------------------------------------------------------------------ lowering: compute definitions

@@ -88,7 +88,8 @@ def nearest_indices(coords: np.ndarray, nearest_mode: str, in_len: int) -> np.nd
             idx = np.where(tie, np.floor(coords), away)
         else:
             idx = away
-    return np.clip(idx.astype(np.int64), 0, in_len - 1)
+    out: np.ndarray = np.clip(idx.astype(np.int64), 0, in_len - 1)
+    return out
 
 
 def _resize(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
@@ -168,7 +169,7 @@ def _resize_compute(
             lo = te.cast("int64", te.call("floor", c))
             hi = te.minimum(te.add(lo, te.idx(1)), te.idx(x.shape[a] - 1))
             frac = te.sub(c, te.call("floor", c))
-            nxt = []
+            nxt: list[tuple[list[Expr], Expr | None]] = []
             for src, w in corners:
                 for pos, wt in ((lo, te.sub(te.f32(1.0), frac)), (hi, frac)):
                     s2 = list(src)

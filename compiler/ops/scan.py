@@ -50,7 +50,7 @@ def _cumsum_compute(
     ]
     zero = FloatImm(0.0, out.dtype) if out.dtype.startswith("float") else IntImm(0, out.dtype)
 
-    def body(*ix: Expr) -> Expr:
+    def body(*ix: Expr) -> te.Reduce:
         src = list(ix)
         src[axis] = r.var
         return te.reduce_sum(te.select(BinOp(compare, r.var, ix[axis]), x[src], zero), [r])

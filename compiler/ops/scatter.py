@@ -14,7 +14,7 @@ which in the models that scatter (masks, cache positions) is small.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from compiler.graph.ir import TensorType
 from compiler.ops.common import INDEX_DTYPES, NUMERIC, expect_args, expect_dtype, fail, int_attr, str_attr
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm
+from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm, IterVar
 
 REDUCTIONS = ("none", "add", "max", "min")
 
@@ -42,9 +42,9 @@ def _combine(
     out: TensorType,
     name: str,
     reduction: str,
-    axes: list[te.IterVar],
-    match: Any,
-    update: Any,
+    axes: list[IterVar],
+    match: Callable[[Sequence[Expr]], Expr],
+    update: Callable[[Sequence[Expr]], Expr],
 ) -> te.Tensor:
     """out[p] = data[p] combined with every update u whose target is p (`match(p, u)`)."""
     hits = te.compute(
@@ -186,7 +186,7 @@ def _scatter_elements(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndar
     dim = data.shape[axis]
     if indices.size and (indices.min() < -dim or indices.max() >= dim):
         raise IndexError(f"scatter_elements index out of range [{-dim}, {dim - 1}]")
-    target = list(np.indices(indices.shape, sparse=False))
+    target: list[np.ndarray] = list(np.indices(indices.shape, sparse=False))
     target[axis] = np.where(indices < 0, indices + dim, indices)
     out = data.copy()
     _apply(out, tuple(target), updates, attrs["reduction"])

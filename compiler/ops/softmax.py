@@ -29,13 +29,16 @@ def _infer(op: str) -> Callable[..., TensorType]:
 def _softmax(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0].astype(np.float64)
     e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
-    return (e / e.sum(axis=attrs["axis"], keepdims=True)).astype(a[0].dtype)
+    out: np.ndarray = (e / e.sum(axis=attrs["axis"], keepdims=True)).astype(a[0].dtype)
+    return out
 
 
 def _log_softmax(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0].astype(np.float64)
     shifted = x - x.max(axis=attrs["axis"], keepdims=True)
-    return (shifted - np.log(np.exp(shifted).sum(axis=attrs["axis"], keepdims=True))).astype(a[0].dtype)
+    total = np.exp(shifted).sum(axis=attrs["axis"], keepdims=True)
+    out: np.ndarray = (shifted - np.log(total)).astype(a[0].dtype)
+    return out
 
 
 # ------------------------------------------------------------------ lowering: compute definitions

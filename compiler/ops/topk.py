@@ -8,19 +8,19 @@ Quadratic in the axis' length, with no data-dependent control flow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from compiler.graph.ir import TensorType
 from compiler.ops.common import NUMERIC, expect_args, expect_dtype, fail, int_attr
-from compiler.ops.registry import OpDef, Pattern, register
+from compiler.ops.registry import InferFn, OpDef, Pattern, register
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm
 
 
-def _infer(op: str, indices: bool) -> Any:
+def _infer(op: str, indices: bool) -> InferFn:
     def infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
         expect_args(op, types, 1)
         (x,) = types
@@ -50,7 +50,7 @@ def _indices(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return _order(a[0], attrs).astype(np.int64)
 
 
-def _compute(indices: bool) -> Any:
+def _compute(indices: bool) -> Callable[[Sequence[te.Tensor], dict[str, Any], TensorType, str], te.Tensor]:
     def compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
         (x,) = inputs
         axis = attrs["axis"]
@@ -82,7 +82,7 @@ def _compute(indices: bool) -> Any:
             else (FloatImm(0.0, x.dtype) if x.dtype.startswith("float") else IntImm(0, x.dtype))
         )
 
-        def pick(*r: Expr) -> Expr:
+        def pick(*r: Expr) -> te.Reduce:
             chosen = BinOp("==", rank[at(r, j.var)], r[axis])
             value = te.cast("int64", j.var) if indices else x[at(r, j.var)]
             return te.reduce_sum(te.select(chosen, value, zero), [j])

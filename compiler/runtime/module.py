@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -27,8 +27,13 @@ from compiler.runtime.errors import ArtifactError, InputError, KernelError
 from compiler.runtime.plan import DTYPES, Buffer, BufferId, Plan, TensorSpec
 
 ALIGN = 64
-_KernelFn = Any  # a ctypes function pointer: int32_t (*)(void **)
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+
+class _KernelFn(Protocol):
+    """A kernel's ctypes function pointer: int32_t (*)(void **)."""
+
+    def __call__(self, args: ctypes.Array[ctypes.c_void_p], /) -> int: ...
 
 
 def _aligned_bytes(nbytes: int) -> np.ndarray:
@@ -120,7 +125,8 @@ def _byte_views(plan: Plan, params: np.ndarray, workspace: np.ndarray) -> dict[B
         elif buf.kind == "workspace":
             view = workspace[buf.offset : buf.offset + buf.nbytes]
         elif buf.kind == "alias":
-            view = resolve(plan.buffers[buf.alias_of])[buf.offset : buf.offset + buf.nbytes]  # type: ignore[index]
+            assert buf.alias_of is not None  # parse_plan: an alias names the buffer it views
+            view = resolve(plan.buffers[buf.alias_of])[buf.offset : buf.offset + buf.nbytes]
         else:  # input / output: memory of its own
             view = _aligned_bytes(buf.nbytes)
         views[buf.id] = view
@@ -137,7 +143,8 @@ def _root(plan: Plan, buf_id: BufferId) -> tuple[BufferId, int]:
     buf = plan.buffers[buf_id]
     while buf.kind == "alias":
         offset += buf.offset or 0
-        buf = plan.buffers[buf.alias_of]  # type: ignore[index]
+        assert buf.alias_of is not None  # parse_plan: an alias names the buffer it views
+        buf = plan.buffers[buf.alias_of]
     return buf.id, offset
 
 

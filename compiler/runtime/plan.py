@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -89,11 +89,11 @@ def _fail(message: str) -> ArtifactError:
     return ArtifactError(f"plan.json: {message}")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _known(buf_id: Any, buffers: Mapping[BufferId, Buffer]) -> bool:
+def _known(buf_id: object, buffers: Mapping[BufferId, Buffer]) -> TypeGuard[BufferId]:
     return (_is_int(buf_id) or isinstance(buf_id, str)) and buf_id in buffers
 
 
@@ -164,14 +164,15 @@ def _check_placement(buffers: Mapping[BufferId, Buffer], workspace_bytes: int, p
             while True:
                 if not _known(target_id, buffers):
                     raise _fail(f"{where} is an alias of unknown buffer {target_id!r}")
-                target = buffers[target_id]  # type: ignore[index]
+                target = buffers[target_id]
                 if target.kind != "alias":
                     break
                 if target.id in seen:
                     raise _fail(f"{where} is part of an alias cycle")
                 seen.add(target.id)
                 target_id = target.alias_of
-            direct = buffers[buf.alias_of]  # type: ignore[index]
+            assert buf.alias_of is not None  # the loop above found it among the buffers
+            direct = buffers[buf.alias_of]
             if buf.offset + buf.nbytes > direct.nbytes:
                 raise _fail(
                     f"{where} (alias) needs bytes {buf.offset}..{buf.offset + buf.nbytes} "

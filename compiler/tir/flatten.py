@@ -111,7 +111,7 @@ def relax_predicates(s: Stmt, ranges: dict[Var, int] | None = None) -> Stmt:
 
 def _accesses(
     s: Stmt, path: tuple[For, ...], out: dict[Buffer, list[tuple[tuple[For, ...], tuple[Expr, ...]]]]
-):  # type: ignore[no-untyped-def]
+) -> None:
     def exprs(e: Expr) -> None:
         for x in walk_expr(e):
             if isinstance(x, Load):
@@ -165,7 +165,7 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
     _accesses(body, (), acc)
     at_loop: dict[int, list[Buffer]] = {}
     root: list[Buffer] = []
-    remap: dict[Buffer, tuple[Buffer, list[tuple[Expr, int]]]] = {}
+    remap: dict[Buffer, tuple[Buffer, list[tuple[Expr, int, int]]]] = {}
     for buf in buffers:
         uses = acc.get(buf, [])
         if not uses:

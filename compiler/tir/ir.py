@@ -10,7 +10,7 @@ schedule primitives can move loops around them without changing what they comput
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 INDEX = "int64"
@@ -280,7 +280,7 @@ def children_of(stmt: Stmt) -> tuple[Stmt, ...]:
     return ()
 
 
-def walk_stmts(stmt: Stmt):  # type: ignore[no-untyped-def]
+def walk_stmts(stmt: Stmt) -> Iterator[Stmt]:
     """Pre-order iteration over statements (blocks' init included)."""
     stack = [stmt]
     while stack:
@@ -308,7 +308,7 @@ def expr_children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def walk_expr(e: Expr):  # type: ignore[no-untyped-def]
+def walk_expr(e: Expr) -> Iterator[Expr]:
     stack = [e]
     while stack:
         x = stack.pop()
@@ -316,7 +316,7 @@ def walk_expr(e: Expr):  # type: ignore[no-untyped-def]
         stack.extend(expr_children(x))
 
 
-def map_expr(e: Expr, fn) -> Expr:  # type: ignore[no-untyped-def]
+def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """Bottom-up rebuild; fn(node_with_new_children) -> replacement or None (keep)."""
     if isinstance(e, BinOp):
         a, b = map_expr(e.a, fn), map_expr(e.b, fn)
@@ -337,13 +337,15 @@ def map_expr(e: Expr, fn) -> Expr:  # type: ignore[no-untyped-def]
     return e if r is None else r
 
 
-def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+def substitute(e: Expr, mapping: Mapping[Var, Expr]) -> Expr:
     if not mapping:
         return e
     return map_expr(e, lambda x: mapping.get(x) if isinstance(x, Var) else None)
 
 
-def map_stmt(stmt: Stmt, fs, fe=None) -> Stmt:  # type: ignore[no-untyped-def]
+def map_stmt(
+    stmt: Stmt, fs: Callable[[Stmt], Stmt | None], fe: Callable[[Expr], Expr | None] | None = None
+) -> Stmt:
     """Bottom-up statement rebuild. fs(stmt) -> replacement or None; fe applied to expressions."""
 
     def ex(e: Expr) -> Expr:
@@ -375,13 +377,18 @@ def map_stmt(stmt: Stmt, fs, fe=None) -> Stmt:  # type: ignore[no-untyped-def]
     return s if r is None else r
 
 
-def substitute_stmt(stmt: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+def substitute_stmt(stmt: Stmt, mapping: Mapping[Var, Expr]) -> Stmt:
     if not mapping:
         return stmt
     return map_stmt(stmt, lambda s: None, lambda x: mapping.get(x) if isinstance(x, Var) else None)
 
 
-def replace_buffer(stmt: Stmt, old: Buffer, new: Buffer, index_fn=None) -> Stmt:  # type: ignore[no-untyped-def]
+def replace_buffer(
+    stmt: Stmt,
+    old: Buffer,
+    new: Buffer,
+    index_fn: Callable[[tuple[Expr, ...]], Sequence[Expr]] | None = None,
+) -> Stmt:
     """Point every load/store of `old` at `new`, optionally remapping indices."""
 
     def idx(ix: tuple[Expr, ...]) -> tuple[Expr, ...]:

@@ -9,6 +9,7 @@ every condition simplifies away (and so do the index clamps), leaving straight v
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from compiler.tir.ir import (
     Allocate,
@@ -68,7 +69,7 @@ def _inner_ranges(s: Stmt) -> dict[Var, int]:
     return {x.var: x.extent for x in walk_stmts(s) if isinstance(x, For)}
 
 
-_TESTS = {
+_TESTS: dict[str, Callable[[float], bool]] = {
     "<": lambda e: e < 0,
     "<=": lambda e: e <= 0,
     ">": lambda e: e > 0,
@@ -117,7 +118,7 @@ def _partition_one(loop: For, outer: dict[Var, int]) -> Stmt:
         return loop
     ranges = {**outer, **_inner_ranges(loop.body)}
     n = loop.extent
-    statuses = [st for c in conds if (st := _status(c, loop.var, n, ranges)) is not None]  # type: ignore[arg-type]
+    statuses = [st for c in conds if (st := _status(c, loop.var, n, ranges)) is not None]
     if not statuses:
         return loop
     signature = [tuple(st[x] for st in statuses) for x in range(n)]

@@ -8,12 +8,13 @@ remaining producers (reductions) inside the parallel loop, per chunk of output.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVarTuple
 
 from compiler.errors import ScheduleError
 from compiler.target import Target
-from compiler.tir.ir import Block, For, walk_stmts
+from compiler.tir.ir import Block, Expr, For, Store, Var, walk_expr, walk_stmts
 from compiler.tir.legality import check_legal
 from compiler.tir.trace import Schedule
 
@@ -23,6 +24,8 @@ INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
 # faster on one core. The tuner's "parallel" decisions revisit this per kernel.
 MIN_PARALLEL_WORK = 1 << 15  # output elements of an elementwise/injective nest
 MIN_PARALLEL_FLOPS = 1 << 20  # arithmetic of an anchor kernel (conv, matmul)
+
+_Ts = TypeVarTuple("_Ts")
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class KernelInfo:
     tags: Mapping[str, str] = field(default_factory=dict)
 
 
-def try_(fn, *args) -> bool:  # type: ignore[no-untyped-def]
+def try_(fn: Callable[[*_Ts], object], *args: *_Ts) -> bool:
     """Apply a primitive if it is legal here; schedule rules are best-effort."""
     try:
         fn(*args)
@@ -68,6 +71,12 @@ def block_of(sch: Schedule, name: str) -> Block:
     raise ScheduleError(f"no block {name!r}")
 
 
+def store_of(b: Block) -> Store:
+    """The store a block computes (lowering gives every block one; the primitives keep it)."""
+    assert isinstance(b.body, Store), f"block {b.name!r} does not end in a store"
+    return b.body
+
+
 def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: bool = True) -> str | None:
     """Parallelize the outer spatial loops of `block` and vectorize its innermost spatial loop.
 
@@ -75,7 +84,7 @@ def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: 
     """
     loops = root_loops(sch, block)
     b = block_of(sch, block)
-    reduce_loops = set()
+    reduce_loops: set[str] = set()
     for iv, bnd in zip(b.iter_vars, b.bindings, strict=True):
         if iv.reduce:
             reduce_loops.update(v.name for v in _vars(bnd))
@@ -104,7 +113,7 @@ def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: 
     if total < MIN_PARALLEL_WORK or not spatial:
         return None
     # fuse leading spatial loops (they are directly nested at the top) until enough iterations
-    chain = []
+    chain: list[For] = []
     extent = 1
     for f in spatial:
         if chain and f is not _child_for(chain[-1]):
@@ -122,9 +131,7 @@ def _child_for(f: For) -> For | None:
     return f.body if isinstance(f.body, For) else None
 
 
-def _vars(e):  # type: ignore[no-untyped-def]
-    from compiler.tir.ir import Var, walk_expr
-
+def _vars(e: Expr) -> list[Var]:
     return [x for x in walk_expr(e) if isinstance(x, Var)]
 
 

@@ -9,7 +9,7 @@ apply; the tuner treats that as an invalid candidate.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from compiler.errors import ScheduleError
 from compiler.tir.ir import (
@@ -47,7 +47,7 @@ from compiler.tir.simplify import affine_coeffs, bounds, simplify, simplify_stmt
 # ------------------------------------------------------------------------------ tree helpers
 
 
-def _path_to(root: Stmt, pred) -> list[Stmt] | None:  # type: ignore[no-untyped-def]
+def _path_to(root: Stmt, pred: Callable[[Stmt], bool]) -> list[Stmt] | None:
     """Ancestors-and-self path (root first) of the first statement satisfying pred."""
     stack: list[tuple[Stmt, list[Stmt]]] = [(root, [])]
     while stack:
@@ -402,8 +402,9 @@ def _inner_span(atom: Expr, inner: dict[Var, int]) -> tuple[int, int] | None:
     if lin is None or c <= 0 or not all(isinstance(v, Var) and v in inner for v in lin[0]):
         return None
     terms, const = lin
-    lo = const + sum(min(0, k * (inner[v] - 1)) for v, k in terms.items())  # type: ignore[index]
-    hi = const + sum(max(0, k * (inner[v] - 1)) for v, k in terms.items())  # type: ignore[index]
+    steps = [(k, inner[v]) for v, k in terms.items() if isinstance(v, Var)]  # all of them: checked above
+    lo = const + sum(min(0, k * (ext - 1)) for k, ext in steps)
+    hi = const + sum(max(0, k * (ext - 1)) for k, ext in steps)
     if lo < 0:
         return None
     if atom.op == "//":
@@ -456,8 +457,12 @@ def _inner_ranges(loop: For) -> dict[Var, int]:
 
 
 def _placed_nest(
-    b: Block, region: list[tuple[Expr, int, int]], shape: Sequence[int], outer_ranges: dict[Var, int], name_of
-) -> Stmt:  # type: ignore[no-untyped-def]
+    b: Block,
+    region: list[tuple[Expr, int, int]],
+    shape: Sequence[int],
+    outer_ranges: dict[Var, int],
+    name_of: Callable[[int], str],
+) -> Stmt:
     """A new nest running block b (writing buf[spatial iterators]) over `region` of its output.
 
     Reduction iterators of b get full-extent loops inside the spatial ones.
@@ -655,11 +660,11 @@ def decompose_reduction(func: PrimFunc, block: str, loop: str) -> PrimFunc:
 
 def _rename_loops(s: Stmt, suffix: str) -> Stmt:
     mapping = {x.var: Var(x.var.name + suffix) for x in walk_stmts(s) if isinstance(x, For)}
-    s = substitute_stmt(s, mapping)  # type: ignore[arg-type]
+    s = substitute_stmt(s, mapping)
 
     def fs(x: Stmt) -> Stmt | None:
         if isinstance(x, For) and x.var in mapping:
-            return For(mapping[x.var], x.extent, x.kind, x.body)  # type: ignore[index]
+            return For(mapping[x.var], x.extent, x.kind, x.body)
         return None
 
     return map_stmt(s, fs)
@@ -733,8 +738,8 @@ def cache_read(func: PrimFunc, block: str, buffer: str, layout: Layout) -> tuple
     value: Expr = Load(
         src, tuple(BinOp("min", o, IntImm(d - 1)) for o, d in zip(orig, src.shape, strict=True))
     )
-    for p in preds:
-        value = Select(p, value, zero)
+    for pred in preds:
+        value = Select(pred, value, zero)
     lvars = [Var(_unique(func, f"{name}_i{d}")) for d in range(len(shape))]
     nest: Stmt = Block(name, ivs, tuple(lvars), Store(packed, tuple(iv.var for iv in ivs), value))
     for lv, n in zip(reversed(lvars), reversed(shape), strict=True):

@@ -163,7 +163,7 @@ def _divmod(op: str, a: Expr, c: int, ranges: Ranges) -> Expr:
     return BinOp("//", a, IntImm(c))
 
 
-_FOLD = {
+_FOLD: dict[str, Callable[[int | float, int | float], int | float | bool]] = {
     "+": lambda x, y: x + y,
     "-": lambda x, y: x - y,
     "*": lambda x, y: x * y,
@@ -191,10 +191,10 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
         ca, cb = _const_value(a), _const_value(b)
         if ca is not None and cb is not None:
             if e.op in _FOLD:
-                v = _FOLD[e.op](ca, cb)
-                if isinstance(v, bool):
-                    return IntImm(int(v), "bool")
-                return IntImm(int(v), a.dtype) if _is_int(a) else FloatImm(float(v), a.dtype)
+                folded = _FOLD[e.op](ca, cb)
+                if isinstance(folded, bool):
+                    return IntImm(int(folded), "bool")
+                return IntImm(int(folded), a.dtype) if _is_int(a) else FloatImm(float(folded), a.dtype)
             if e.op in ("//", "%") and _is_int(a) and cb != 0:
                 return IntImm(int(ca // cb) if e.op == "//" else int(ca % cb), a.dtype)
             if e.op == "/" and not _is_int(a) and cb != 0:

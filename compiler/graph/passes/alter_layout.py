@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compiler.graph.ir import Call, Const, Expr, Graph, TensorType, attrs_of
+from compiler.graph.ir import AttrValue, Call, Const, Expr, Graph, TensorType, attrs_of
 from compiler.ops import registry
 from compiler.ops.conv2d_blocked import pack_weight
 from compiler.ops.layout import PLANAR, blocked_layout, to_blocked
@@ -210,7 +210,7 @@ def _name(e: Expr) -> str:
 
 
 def _transform(x: Expr, src: str, dst: str, out: TensorType, name: str, channels: int | None = None) -> Call:
-    attrs: dict[str, object] = {"src_layout": src, "dst_layout": dst}
+    attrs: dict[str, AttrValue] = {"src_layout": src, "dst_layout": dst}
     if channels is not None:
         attrs["channels"] = channels
     return Call("layout_transform", (x,), attrs_of(attrs), out, name)

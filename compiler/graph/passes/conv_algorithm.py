@@ -94,7 +94,7 @@ def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset(
 
 def algorithm_report(
     optimized: Graph, ran: bool, keep_direct: frozenset[str] = frozenset()
-) -> dict[str, object]:
+) -> dict[str, dict[str, str]]:
     """For the manifest: which blocked convs run as Winograd (with their tile) and why the others
     stay direct."""
     winograd = {c.name: f"F({c.attr('tile')}x{c.attr('tile')}, 3x3)" for c in optimized.calls()

@@ -84,25 +84,26 @@ def pointwise_conv_to_matmul(graph: Graph) -> Graph:
             return None
         if _is_pointwise(Call(call.op, args, call.attrs, call.type, call.name)):
             x, w = args
+            assert isinstance(w, Const)  # _is_pointwise checked it
             n, ic, h, wd = x.type.shape
             oc = call.type.shape[1]
             flat = _reshape(x, (n, ic, h * wd), f"{call.name}.flatten")
-            weight = Const(f"{w.name}.matrix", w.data.reshape(oc, ic))  # type: ignore[union-attr]
+            weight = Const(f"{w.name}.matrix", w.data.reshape(oc, ic))
             mm = Call("matmul", (weight, flat), (), TensorType((n, oc, h * wd), call.type.dtype), call.name)
             back = _reshape(mm, call.type.shape, f"{call.name}.unflatten")
             created.add(id(back))
             return back
         pattern = registry.get(call.op).pattern
-        moved = [a for a in args if id(a) in created]
+        moved = [a for a in args if isinstance(a, Call) and id(a) in created]
         if pattern > Pattern.BROADCAST or not moved or call.type.ndim != 4:
             return None
-        inner = moved[0].args[0]  # type: ignore[union-attr]
+        inner = moved[0].args[0]
         if any(a.type.shape != call.type.shape for a in moved):
             return None  # the moved reshape's result is broadcast: keep the op in NCHW
         new_args = []
         for k, a in enumerate(args):
-            if id(a) in created:
-                new_args.append(a.args[0])  # type: ignore[union-attr]
+            if isinstance(a, Call) and id(a) in created:
+                new_args.append(a.args[0])
                 continue
             view = _flat_view(a, call.type.shape, f"{call.name}.flatten{k}")
             if view is None:
