@@ -56,22 +56,18 @@ def default_worker_id() -> str:
 
 
 def progress_to_json(
-    progress: Any, *, elapsed_offset: float = 0.0, trials_base: int | None = None, trials_at_start: int = 0
+    progress: Any, *, elapsed_offset: float = 0.0, trials_base: int | None = None
 ) -> dict[str, Any]:
     """A tuner.tune.Progress as the JSON a tuning job stores (infinities and NaN become null).
 
-    The tuner counts the trials of its own run, as a job counts its own. A job taken over by another
-    worker continues with what is left: `trials_at_start` trials and `elapsed_offset` seconds were
-    spent by its earlier attempts, and `trials_base` (the records there before the job began) is
-    kept from its first attempt.
+    The tuner counts the job's trials from the records there before the job began (`trials_base`,
+    kept from the first attempt: TuneOptions.since), so an attempt that takes the job over goes on
+    counting; `elapsed_offset` seconds were spent by the earlier attempts.
     """
     data: dict[str, Any] = progress.to_json()  # the one shape (tuner.progress.Progress)
-    data["trials_done"] = trials_at_start + int(progress.trials_done)
-    data["trials_total"] = trials_at_start + int(progress.trials_total)
     if trials_base is not None:
         data["trials_base"] = trials_base
     data["elapsed_s"] = float(progress.elapsed_s) + elapsed_offset
-    data["curve"] = [[trials_at_start + n, latency] for n, latency in data["curve"]]
     return data
 
 
@@ -335,22 +331,19 @@ class Worker:
         options = _compile_options(params, self.settings.target, {})
         model = self._model_bytes(job)
         previous = job.progress or {}
-        # `trials` is what this job measures (as on the CLI); an attempt taking the job over measures
-        # what its earlier attempts left
+        # `trials` is what this job measures (as on the CLI); an attempt taking the job over counts
+        # from the records there before the job began, so its earlier attempts' records are spent
         base = previous.get("trials_base")
-        measured = int(previous.get("trials_done") or 0)
-        carried = {
-            "elapsed_offset": float(previous.get("elapsed_s") or 0.0),
-            "trials_base": base if isinstance(base, int) else None,
-            "trials_at_start": measured,
-        }
+        since = base if isinstance(base, int) else None
+        carried = {"elapsed_offset": float(previous.get("elapsed_s") or 0.0), "trials_base": since}
         budget = params.get("time_budget_s")
         trials = _positive_int(params, "trials", DEFAULT_TRIALS)
         # the job's own budget, and never past the deployment's job time limit
         left = self._time_left(job)
         timeout = left if budget is None else min(left, max(0.0, float(budget) - carried["elapsed_offset"]))
         topts = TuneOptions(
-            trials=max(0, trials - measured),
+            trials=trials,
+            since=since,
             timeout_s=timeout,
             batch=_positive_int(params, "batch", min(DEFAULT_BATCH, trials)),
             seed=int(params.get("seed", 0)),

@@ -35,6 +35,10 @@ class TuneOptions:
     # candidates this run measures, over all tasks: what the database already holds for the model is
     # kept, never measured again, and not counted (so `trials` means the same on the CLI and over HTTP)
     trials: int = 64
+    # count the budget from this many records of the model's tasks instead of from what the database
+    # holds when the run starts: a job taken over by another worker counts its earlier attempts'
+    # records (those committed after its last progress report too) as spent
+    since: int | None = None
     timeout_s: float | None = None  # wall-clock budget
     batch: int = 8  # candidates per round
     epsilon: float = 0.2  # share of each batch picked at random (exploration)
@@ -127,8 +131,10 @@ def tune(
     warm_start(cost_model, db, tasks, target)
     sched = TaskScheduler(states, patience=topts.patience)
     start = time.monotonic()
-    base = sum(st.trials for st in states)  # recorded before this run: kept, not counted
-    done = base
+    recorded = sum(st.trials for st in states)
+    # recorded before this run (or before `since`): kept, never measured again, not counted
+    base = recorded if topts.since is None else min(topts.since, recorded)
+    done = recorded
     budget = base + topts.trials
     curve: list[tuple[int, float]] = []
     exhausted: set[str] = set()  # tasks whose space has no untried candidate left

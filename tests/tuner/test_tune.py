@@ -207,6 +207,10 @@ def test_trials_count_this_runs_measurements_and_the_stop_reason_says_why(tmp_pa
     again = tune(model, CompileOptions(), db, TuneOptions(trials=4, batch=2, confirm=False))
     assert (again.trials_done, again.trials_base) == (4, 5)  # 4 more, the 5 recorded kept
     assert sum(1 for _ in db.iter_records()) == 9
+    # a run taken over counts from where its job began: the 9 records since 0 are spent, 2 remain
+    resumed = tune(model, CompileOptions(), db, TuneOptions(trials=11, batch=2, since=0, confirm=False))
+    assert (resumed.trials_done, resumed.trials_total, resumed.trials_base) == (11, 11, 0)
+    assert sum(1 for _ in db.iter_records()) == 11
     stopped = tune(
         model, CompileOptions(), db, TuneOptions(trials=4, confirm=False), should_stop=lambda: True
     )
