@@ -1,0 +1,5 @@
+"""`python -m service.cli`: the `temper` command."""
+
+from service.cli import main
+
+main()
