@@ -22,7 +22,7 @@ from compiler.ops.common import (
     expect_same_dtype,
     fail,
 )
-from compiler.ops.registry import OpDef, Pattern, register
+from compiler.ops.registry import OpDef, Pattern, ReferenceFn, register
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm
 
@@ -242,88 +242,30 @@ BINARY_COMPUTES: dict[str, Callable[[Expr, Expr], Expr]] = {
 }
 
 
-register(
-    OpDef(
-        "add",
-        Pattern.BROADCAST,
-        binary_infer("add", NUMERIC),
-        _add,
-        compute=_binary_compute(BINARY_COMPUTES["add"]),
-    )
+# The broadcasting binary ops with a plain compute: (name, operand dtypes, numpy reference, result
+# dtype: None for the operands'). Their compute is BINARY_COMPUTES[name].
+BINARY_OPS: tuple[tuple[str, Sequence[str], ReferenceFn, str | None], ...] = (
+    ("add", NUMERIC, _add, None),
+    ("sub", NUMERIC, _sub, None),
+    ("mul", NUMERIC, _mul, None),
+    ("div", NUMERIC, _div, None),
+    ("minimum", NUMERIC, _minimum, None),
+    ("maximum", NUMERIC, _maximum, None),
+    ("equal", ANY_DTYPE, _equal, "bool"),
+    ("less", NUMERIC, _less, "bool"),
+    ("greater", NUMERIC, _greater, "bool"),
 )
-register(
-    OpDef(
-        "sub",
-        Pattern.BROADCAST,
-        binary_infer("sub", NUMERIC),
-        _sub,
-        compute=_binary_compute(BINARY_COMPUTES["sub"]),
+for _name, _dtypes, _reference, _out_dtype in BINARY_OPS:
+    register(
+        OpDef(
+            _name,
+            Pattern.BROADCAST,
+            binary_infer(_name, _dtypes, _out_dtype),
+            _reference,
+            compute=_binary_compute(BINARY_COMPUTES[_name]),
+        )
     )
-)
-register(
-    OpDef(
-        "mul",
-        Pattern.BROADCAST,
-        binary_infer("mul", NUMERIC),
-        _mul,
-        compute=_binary_compute(BINARY_COMPUTES["mul"]),
-    )
-)
-register(
-    OpDef(
-        "div",
-        Pattern.BROADCAST,
-        binary_infer("div", NUMERIC),
-        _div,
-        compute=_binary_compute(BINARY_COMPUTES["div"]),
-    )
-)
 register(OpDef("pow", Pattern.BROADCAST, _pow_infer, _pow, compute=_binary_compute(BINARY_COMPUTES["pow"])))
-register(
-    OpDef(
-        "minimum",
-        Pattern.BROADCAST,
-        binary_infer("minimum", NUMERIC),
-        _minimum,
-        compute=_binary_compute(BINARY_COMPUTES["minimum"]),
-    )
-)
-register(
-    OpDef(
-        "maximum",
-        Pattern.BROADCAST,
-        binary_infer("maximum", NUMERIC),
-        _maximum,
-        compute=_binary_compute(BINARY_COMPUTES["maximum"]),
-    )
-)
-register(
-    OpDef(
-        "equal",
-        Pattern.BROADCAST,
-        binary_infer("equal", ANY_DTYPE, "bool"),
-        _equal,
-        compute=_binary_compute(BINARY_COMPUTES["equal"]),
-    )
-)
-register(
-    OpDef(
-        "less",
-        Pattern.BROADCAST,
-        binary_infer("less", NUMERIC, "bool"),
-        _less,
-        compute=_binary_compute(BINARY_COMPUTES["less"]),
-    )
-)
-register(
-    OpDef(
-        "greater",
-        Pattern.BROADCAST,
-        binary_infer("greater", NUMERIC, "bool"),
-        _greater,
-        compute=_binary_compute(BINARY_COMPUTES["greater"]),
-    )
-)
 # where(cond: bool, a, b): a where cond else b, all three broadcast together
 register(OpDef("where", Pattern.BROADCAST, _where_infer, _where, compute=_where_compute))
 # mod(x, y), attrs: fmod (0: the divisor's sign, integers only; 1: the dividend's sign)

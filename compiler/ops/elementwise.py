@@ -15,7 +15,7 @@ import numpy as np
 
 from compiler.graph.ir import DTYPES, TensorType
 from compiler.ops.common import FLOAT, NUMERIC, expect_args, expect_dtype, float_attr, str_attr
-from compiler.ops.registry import OpDef, Pattern, register
+from compiler.ops.registry import OpDef, Pattern, ReferenceFn, register
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm
 
@@ -230,135 +230,34 @@ def _cast_compute(
     return te.compute(out.shape, lambda *i: te.cast(out.dtype, x[i]), name, tag="elemwise", dtype=out.dtype)
 
 
-register(
-    OpDef(
-        "neg",
-        Pattern.ELEMWISE,
-        unary_infer("neg", NUMERIC),
-        _neg,
-        compute=_unary_compute(UNARY_COMPUTES["neg"]),
-    )
+# The unary ops with a plain elementwise compute: (name, dtypes, numpy reference, attributes).
+# Their compute is UNARY_COMPUTES[name]; the attributes are documented there.
+UNARY_OPS: tuple[tuple[str, tuple[str, ...], ReferenceFn, tuple[str, ...]], ...] = (
+    ("neg", NUMERIC, _neg, ()),
+    ("abs", NUMERIC, _abs, ()),
+    ("exp", (FLOAT,), _exp, ()),
+    ("log", (FLOAT,), _log, ()),
+    ("sqrt", (FLOAT,), _sqrt, ()),
+    ("reciprocal", (FLOAT,), _reciprocal, ()),
+    ("tanh", (FLOAT,), _tanh, ()),
+    ("sigmoid", (FLOAT,), _sigmoid, ()),
+    ("relu", NUMERIC, _relu, ()),
+    ("erf", (FLOAT,), _erf_ref, ()),
+    ("leaky_relu", (FLOAT,), _leaky_relu, ("alpha",)),  # slope for x < 0
+    ("clip", NUMERIC, _clip, ("min", "max")),  # -inf / inf when the ONNX model leaves them out
+    ("hard_sigmoid", (FLOAT,), _hard_sigmoid, ("alpha", "beta")),  # max(0, min(1, alpha * x + beta))
+    ("hard_swish", (FLOAT,), _hard_swish, ()),
 )
-register(
-    OpDef(
-        "abs",
-        Pattern.ELEMWISE,
-        unary_infer("abs", NUMERIC),
-        _abs,
-        compute=_unary_compute(UNARY_COMPUTES["abs"]),
+for _name, _dtypes, _reference, _attrs in UNARY_OPS:
+    register(
+        OpDef(
+            _name,
+            Pattern.ELEMWISE,
+            unary_infer(_name, _dtypes, _attrs),
+            _reference,
+            compute=_unary_compute(UNARY_COMPUTES[_name]),
+        )
     )
-)
-register(
-    OpDef(
-        "exp",
-        Pattern.ELEMWISE,
-        unary_infer("exp", (FLOAT,)),
-        _exp,
-        compute=_unary_compute(UNARY_COMPUTES["exp"]),
-    )
-)
-register(
-    OpDef(
-        "log",
-        Pattern.ELEMWISE,
-        unary_infer("log", (FLOAT,)),
-        _log,
-        compute=_unary_compute(UNARY_COMPUTES["log"]),
-    )
-)
-register(
-    OpDef(
-        "sqrt",
-        Pattern.ELEMWISE,
-        unary_infer("sqrt", (FLOAT,)),
-        _sqrt,
-        compute=_unary_compute(UNARY_COMPUTES["sqrt"]),
-    )
-)
-register(
-    OpDef(
-        "reciprocal",
-        Pattern.ELEMWISE,
-        unary_infer("reciprocal", (FLOAT,)),
-        _reciprocal,
-        compute=_unary_compute(UNARY_COMPUTES["reciprocal"]),
-    )
-)
-register(
-    OpDef(
-        "tanh",
-        Pattern.ELEMWISE,
-        unary_infer("tanh", (FLOAT,)),
-        _tanh,
-        compute=_unary_compute(UNARY_COMPUTES["tanh"]),
-    )
-)
-register(
-    OpDef(
-        "sigmoid",
-        Pattern.ELEMWISE,
-        unary_infer("sigmoid", (FLOAT,)),
-        _sigmoid,
-        compute=_unary_compute(UNARY_COMPUTES["sigmoid"]),
-    )
-)
-register(
-    OpDef(
-        "relu",
-        Pattern.ELEMWISE,
-        unary_infer("relu", NUMERIC),
-        _relu,
-        compute=_unary_compute(UNARY_COMPUTES["relu"]),
-    )
-)
-register(
-    OpDef(
-        "erf",
-        Pattern.ELEMWISE,
-        unary_infer("erf", (FLOAT,)),
-        _erf_ref,
-        compute=_unary_compute(UNARY_COMPUTES["erf"]),
-    )
-)
-# attrs: alpha (float): slope for x < 0
-register(
-    OpDef(
-        "leaky_relu",
-        Pattern.ELEMWISE,
-        unary_infer("leaky_relu", (FLOAT,), ("alpha",)),
-        _leaky_relu,
-        compute=_unary_compute(UNARY_COMPUTES["leaky_relu"]),
-    )
-)
-# attrs: min, max (float; -inf / inf when the ONNX model leaves them out)
-register(
-    OpDef(
-        "clip",
-        Pattern.ELEMWISE,
-        unary_infer("clip", NUMERIC, ("min", "max")),
-        _clip,
-        compute=_unary_compute(UNARY_COMPUTES["clip"]),
-    )
-)
-# attrs: alpha, beta (float): max(0, min(1, alpha * x + beta))
-register(
-    OpDef(
-        "hard_sigmoid",
-        Pattern.ELEMWISE,
-        unary_infer("hard_sigmoid", (FLOAT,), ("alpha", "beta")),
-        _hard_sigmoid,
-        compute=_unary_compute(UNARY_COMPUTES["hard_sigmoid"]),
-    )
-)
-register(
-    OpDef(
-        "hard_swish",
-        Pattern.ELEMWISE,
-        unary_infer("hard_swish", (FLOAT,)),
-        _hard_swish,
-        compute=_unary_compute(UNARY_COMPUTES["hard_swish"]),
-    )
-)
 # attrs: approximate ("none" | "tanh")
 register(OpDef("gelu", Pattern.ELEMWISE, _gelu_infer, _gelu, compute=_unary_compute(UNARY_COMPUTES["gelu"])))
 # attrs: to (dtype name, e.g. "float32", "int64", "bool")
