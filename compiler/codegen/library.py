@@ -9,6 +9,7 @@ driver once per process) and libm, so that the library needs nothing but libc at
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import tempfile
@@ -23,7 +24,7 @@ from compiler.errors import CodegenError
 from compiler.target import Target, init_llvm
 from compiler.tir.ir import PrimFunc
 
-_LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe
+_LLVM_LOCK = threading.RLock()  # LLVM's global state is not thread-safe (held across nested calls)
 RUNTIME_SOURCES = (Path(__file__).with_name("parallel.c"), Path(__file__).with_name("workspace.c"))
 _RUNTIME_LOCK = threading.Lock()
 _runtime_objects: dict[str, list[bytes]] = {}  # C compiler driver -> the runtime sources compiled by it
@@ -60,13 +61,25 @@ def runtime_objects(cc: str) -> list[bytes]:
         return _runtime_objects[cc]
 
 
+@functools.cache
+def target_machine(target: Target) -> llvm.TargetMachine:
+    """The one LLVM TargetMachine of `target` in this process, shared by every library built for it
+    (a tuner builds one library per candidate)."""
+    with _LLVM_LOCK:
+        init_llvm()  # idempotent; a Target unpickled in a worker process never ran it
+        t = llvm.Target.from_triple(target.triple)
+        machine: llvm.TargetMachine = t.create_target_machine(
+            cpu=target.cpu, features=target.features, opt=3, reloc="pic", codemodel="default"
+        )
+        return machine
+
+
 class CodeLibrary:
     def __init__(self, target: Target, name: str = "temper") -> None:
         self.target = target
         self.module = ir.Module(name=name)
         self.module.triple = target.triple
         self._final: llvm.ModuleRef | None = None
-        self._tm: llvm.TargetMachine | None = None
         self.symbols: list[str] = []
 
     def add_kernel(self, func: PrimFunc, symbol: str) -> None:
@@ -84,13 +97,7 @@ class CodeLibrary:
 
     @property
     def target_machine(self) -> llvm.TargetMachine:
-        if self._tm is None:
-            init_llvm()  # idempotent; a Target unpickled in a worker process never ran it
-            t = llvm.Target.from_triple(self.target.triple)
-            self._tm = t.create_target_machine(
-                cpu=self.target.cpu, features=self.target.features, opt=3, reloc="pic", codemodel="default"
-            )
-        return self._tm
+        return target_machine(self.target)
 
     def finalize(self) -> None:
         if self._final is not None:
