@@ -10,6 +10,8 @@ left. Kernels have the C ABI `int32_t name(void **args)`.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -96,6 +98,19 @@ class _Ctx:
     ranges: dict[Var, int] = field(default_factory=dict)
     vec: tuple[Var, int] | None = None
     mask: ir.Value | None = None  # active lanes inside a predicated vectorized loop
+
+    @contextlib.contextmanager
+    def scalar(self, *, unmasked: bool = False) -> Iterator[None]:
+        """Scalar code inside a vector loop (an address, one lane at a time): no vector context for
+        the block (with `unmasked`, no lane mask either), restored after it whatever happens."""
+        saved = self.vec, self.mask
+        self.vec = None
+        if unmasked:
+            self.mask = None
+        try:
+            yield
+        finally:
+            self.vec, self.mask = saved
 
 
 class KernelEmitter:
@@ -227,10 +242,8 @@ class KernelEmitter:
             and not any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
         ):
             assert base is not None
-            saved = ctx.vec
-            ctx.vec = None
-            p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, lanes))
-            ctx.vec = saved
+            with ctx.scalar():
+                p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, lanes))
             vt = ir.VectorType(mem, lanes)
             if ctx.mask is not None:
                 fn = self._masked("load", vt)
@@ -248,10 +261,8 @@ class KernelEmitter:
             c = lin[0][var]
             assert base is not None
             span = (lanes - 1) * c + 1
-            saved = ctx.vec
-            ctx.vec = None
-            p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, span))
-            ctx.vec = saved
+            with ctx.scalar():
+                p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, span))
             wide = b.load(p, typ=ir.VectorType(mem, span), align=4)
             v = b.shuffle_vector(
                 wide,
@@ -261,17 +272,15 @@ class KernelEmitter:
             return b.trunc(v, ir.VectorType(I1, lanes)) if e.buffer.dtype == "bool" else v
         # general: one scalar load per lane
         out = ir.Constant(ir.VectorType(reg_type(e.buffer.dtype), lanes), ir.Undefined)
-        saved = ctx.vec
-        ctx.vec = None
-        for lane in range(lanes):
-            lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
-            if ctx.mask is not None:  # inactive lanes may point anywhere: clamp them into the buffer
-                lo = BinOp("min", BinOp("max", lo, IntImm(0)), IntImm(e.buffer.size - 1))
-            v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, lo)), typ=mem)
-            if e.buffer.dtype == "bool":
-                v = b.trunc(v, I1)
-            out = b.insert_element(out, v, ir.Constant(I32, lane))
-        ctx.vec = saved
+        with ctx.scalar():
+            for lane in range(lanes):
+                lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+                if ctx.mask is not None:  # inactive lanes may point anywhere: clamp them into the buffer
+                    lo = BinOp("min", BinOp("max", lo, IntImm(0)), IntImm(e.buffer.size - 1))
+                v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, lo)), typ=mem)
+                if e.buffer.dtype == "bool":
+                    v = b.trunc(v, I1)
+                out = b.insert_element(out, v, ir.Constant(I32, lane))
         return out
 
     def _expr(self, ctx: _Ctx, e: Expr) -> ir.Value:
@@ -365,10 +374,8 @@ class KernelEmitter:
                 slow_value = b.select(c, self._load(ctx, e), fill)
                 slow_block = b.block
             with fast:
-                saved = ctx.vec
-                ctx.vec = None
-                base = self._expr(ctx, simplify(substitute(inside, {var: IntImm(0)}), ctx.ranges))
-                ctx.vec = saved
+                with ctx.scalar():
+                    base = self._expr(ctx, simplify(substitute(inside, {var: IntImm(0)}), ctx.ranges))
                 ptr = ctx.bufs[e.buffer]
                 mem = _MEM_TYPES[e.buffer.dtype]
                 if ptr.type != mem.as_pointer():
@@ -552,24 +559,22 @@ class KernelEmitter:
         if not self._depends(ctx, off):
             # every lane writes the same element: the last lane wins (as in the serial loop)
             last = b.extract_element(val, ir.Constant(I32, lanes - 1))
-            saved, ctx.vec = ctx.vec, None
-            b.store(last, self._ptr(ctx, s.buffer, self._expr(ctx, off)))
-            ctx.vec = saved
+            with ctx.scalar():
+                b.store(last, self._ptr(ctx, s.buffer, self._expr(ctx, off)))
             return
         lin = affine_coeffs(off)
-        saved, ctx.vec = ctx.vec, None
-        if lin is not None and lin[0].get(var) == 1:
-            base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
-            st = b.store(val, self._ptr(ctx, s.buffer, self._expr(ctx, base), val.type))
-            st.align = 4
-        else:
-            for lane in range(lanes):
-                lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
-                b.store(
-                    b.extract_element(val, ir.Constant(I32, lane)),
-                    self._ptr(ctx, s.buffer, self._expr(ctx, lo)),
-                )
-        ctx.vec = saved
+        with ctx.scalar():
+            if lin is not None and lin[0].get(var) == 1:
+                base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
+                st = b.store(val, self._ptr(ctx, s.buffer, self._expr(ctx, base), val.type))
+                st.align = 4
+            else:
+                for lane in range(lanes):
+                    lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+                    b.store(
+                        b.extract_element(val, ir.Constant(I32, lane)),
+                        self._ptr(ctx, s.buffer, self._expr(ctx, lo)),
+                    )
 
     def _accumulate(self, ctx: _Ctx, s: Store) -> ir.Value | None:
         """`buf[i] = buf[i] + x` (a reduction step): the add may be reassociated, which lets LLVM
@@ -611,20 +616,19 @@ class KernelEmitter:
         var, lanes = ctx.vec
         mask = ctx.mask
         lin = affine_coeffs(off)
-        saved, ctx.vec, ctx.mask = (ctx.vec, ctx.mask), None, None
-        if lin is not None and lin[0].get(var) == 1:
-            base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
-            p = self._ptr(ctx, buf, self._expr(ctx, base), val.type)
-            b.call(self._masked("store", val.type), [val, b.bitcast(p, PTR), ir.Constant(I32, 4), mask])
-        else:
-            for lane in range(lanes):
-                with b.if_then(b.extract_element(mask, ir.Constant(I32, lane))):
-                    lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
-                    b.store(
-                        b.extract_element(val, ir.Constant(I32, lane)),
-                        self._ptr(ctx, buf, self._expr(ctx, lo)),
-                    )
-        ctx.vec, ctx.mask = saved
+        with ctx.scalar(unmasked=True):
+            if lin is not None and lin[0].get(var) == 1:
+                base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
+                p = self._ptr(ctx, buf, self._expr(ctx, base), val.type)
+                b.call(self._masked("store", val.type), [val, b.bitcast(p, PTR), ir.Constant(I32, 4), mask])
+            else:
+                for lane in range(lanes):
+                    with b.if_then(b.extract_element(mask, ir.Constant(I32, lane))):
+                        lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+                        b.store(
+                            b.extract_element(val, ir.Constant(I32, lane)),
+                            self._ptr(ctx, buf, self._expr(ctx, lo)),
+                        )
 
     def _if(self, ctx: _Ctx, s: IfThenElse) -> None:
         b = ctx.builder
