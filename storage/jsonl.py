@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from typing import Any, TextIO
 from sqlalchemy import insert, select
 
 from compiler.errors import ScheduleError
+from compiler.runtime.archive import create_temp
 from compiler.tir.trace import Trace
 from storage.errors import RecordFileError, StorageError
 from storage.models import TuningRecordRow, WorkloadRow
@@ -125,7 +125,8 @@ def export_records(
         return _write(export_lines(db, target_key), destination)
     path = Path(destination)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # created like any file the user writes (0666 less the umask), then renamed into place
+        fd, tmp = create_temp(str(path.parent), prefix=f".{path.name}.")
     except OSError as exc:
         raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:

@@ -156,7 +156,7 @@ def sign_artifact(data: bytes, key: bytes) -> bytes:
     return _zip({**members, MANIFEST_HMAC: _signature(key, members[MANIFEST])})
 
 
-def _create_temp(directory: str) -> tuple[int, str]:
+def create_temp(directory: str, prefix: str = ".artifact-") -> tuple[int, str]:
     """A new, empty temporary file in `directory` (beside the target, so the rename is atomic).
 
     It is created with mode 0666, so the kernel applies the umask (or the directory's default ACL) as
@@ -168,7 +168,7 @@ def _create_temp(directory: str) -> tuple[int, str]:
     Returns (descriptor, path); the descriptor is not inherited by child processes (PEP 446).
     """
     for _ in range(8):
-        tmp = os.path.join(directory, f".artifact-{secrets.token_hex(8)}")
+        tmp = os.path.join(directory, f"{prefix}{secrets.token_hex(8)}")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
         except FileExistsError:
@@ -187,12 +187,12 @@ def write_artifact(
 ) -> str:
     """Write an artifact file atomically (temp file + rename); return the sha256 of the whole file.
 
-    The file gets the mode of any other file the user writes (0666 less the umask, see `_create_temp`).
+    The file gets the mode of any other file the user writes (0666 less the umask, see `create_temp`).
     """
     data = artifact_bytes(manifest=manifest, library=library, plan=plan, params=params, extra=extra)
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = _create_temp(directory)
+    fd, tmp = create_temp(directory)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

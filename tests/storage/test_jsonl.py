@@ -119,6 +119,25 @@ def test_export_replaces_the_file_whole(db: SqlDatabase, tmp_path: Path) -> None
     assert [p.name for p in path.parent.iterdir()] == ["records.jsonl"]  # no temporary file left behind
 
 
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_an_export_file_gets_the_mode_of_any_file_the_user_writes(
+    db: SqlDatabase, tmp_path: Path, umask: int, mode: int
+) -> None:
+    import os
+    import stat
+
+    _fill(db)
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "out" / "records.jsonl"
+    previous = os.umask(umask)
+    try:
+        export_records(db, path)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert [p.name for p in path.parent.iterdir()] == ["records.jsonl"]
+
+
 # --- bad files: the first bad line is named and nothing is stored --------------------------------
 
 
