@@ -28,6 +28,7 @@ from service.routes.common import errors, is_id, model_or_404, model_out, sandbo
 from service.schemas import ModelOut, Name, Shapes, Stage, Target
 from service.summary import explain_json, stage_text, summarize
 from storage import service_repo as repo
+from storage.service_repo import ModelInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=errors(401, 404, 422))
 
@@ -145,6 +146,21 @@ def delete_model(model_id: str, principal: PrincipalDep, services: ServicesDep) 
     return Response(status_code=204)
 
 
+def _stage_inputs(
+    services: ServicesDep, info: ModelInfo, shapes: str | None, target: str, opt_level: int, use_tuned: bool
+) -> tuple[bytes, CompileOptions, str | None]:
+    """What the IR and explain endpoints compile: the model's bytes, the options (shapes default to
+    the upload's) and the database whose records schedule it (None: default schedules)."""
+    bound = parse_shapes(shapes)
+    if bound is None:
+        bound = dict((info.summary or {}).get("shapes") or {})
+    options = CompileOptions(
+        target=target, opt_level=opt_level, shapes={k: tuple(v) for k, v in bound.items()}
+    )
+    url = services.settings.database_url if use_tuned else None
+    return services.blobs.read_bytes(info.blob_key), options, url
+
+
 @router.get(
     "/{model_id}/ir",
     summary="The model's IR at one pipeline stage",
@@ -164,15 +180,9 @@ def model_ir(
     opt_level: Annotated[int, Query(ge=0, le=3)] = 3,
     use_tuned: Annotated[bool, Query(description="Schedule kernels with the best tuning records.")] = False,
 ) -> PlainTextResponse:
-    info = model_or_404(services, principal, model_id)
-    bound = parse_shapes(shapes)
-    if bound is None:
-        bound = dict((info.summary or {}).get("shapes") or {})
-    options = CompileOptions(
-        target=target, opt_level=opt_level, shapes={k: tuple(v) for k, v in bound.items()}
+    data, options, url = _stage_inputs(
+        services, model_or_404(services, principal, model_id), shapes, target, opt_level, use_tuned
     )
-    data = services.blobs.read_bytes(info.blob_key)
-    url = services.settings.database_url if use_tuned else None
     text = sandboxed(services, stage_text, data, stage, options, kernel, url, what=f"the {stage} stage")
     return PlainTextResponse(text)
 
@@ -197,15 +207,9 @@ def model_explain(
     available on the target and the one chosen with the rules' reasons, its schedule rule (and any
     fallback), the schedule's source (default, tuning record with its times, override), its
     decisions, FLOPs and, with `profile`, its measured time."""
-    info = model_or_404(services, principal, model_id)
-    bound = parse_shapes(shapes)
-    if bound is None:
-        bound = dict((info.summary or {}).get("shapes") or {})
-    options = CompileOptions(
-        target=target, opt_level=opt_level, shapes={k: tuple(v) for k, v in bound.items()}
+    data, options, url = _stage_inputs(
+        services, model_or_404(services, principal, model_id), shapes, target, opt_level, use_tuned
     )
-    data = services.blobs.read_bytes(info.blob_key)
-    url = services.settings.database_url if use_tuned else None
     result: dict[str, Any] = sandboxed(
         services, explain_json, data, options, node, url, profile, what="explain"
     )
