@@ -1,7 +1,8 @@
-"""The whole compilation path, one named stage per line.
+"""The whole compilation path: PIPELINE lists its stages in order, one named stage per line.
 
 ONNX -> graph -> optimized graph -> fused groups -> TIR per group -> scheduled TIR -> LLVM ->
-shared library -> artifact. `inspect_model` stops at any stage and prints it.
+machine code, then linked into a shared library and packed with its plan into an artifact.
+`compile_model` runs every stage; `inspect_model` runs up to one and prints it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,11 +20,11 @@ from typing import Any, TypeVar
 
 import onnx
 
-from compiler.codegen.library import CodeLibrary
+from compiler.codegen.library import CodeLibrary, link_shared
 from compiler.errors import CompilerError, OverrideError, UnknownNodeError
-from compiler.frontend.onnx import import_model
+from compiler.frontend.onnx import ImportedModel, import_model
 from compiler.graph.ir import Call, Const, Graph
-from compiler.graph.passes import PARTITIONS, Group, PassContext, check_disabled, run_passes
+from compiler.graph.passes import Group, PassContext, check_disabled, graph_passes, partition_pass
 from compiler.graph.passes.alter_layout import layout_report
 from compiler.graph.passes.conv_algorithm import algorithm_report
 from compiler.graph.passes.fuse import print_fused
@@ -36,7 +37,6 @@ from compiler.target import Target, parse_target
 from compiler.tir.printer import func_str
 from compiler.version import __version__
 
-STAGES = ("graph", "optimized", "fused", "tir", "scheduled", "llvm", "asm")
 ModelInput = bytes | str | os.PathLike[str] | onnx.ModelProto
 
 
@@ -127,6 +127,220 @@ class CompiledModel:
         )
 
 
+@dataclass
+class Build:
+    """What the stages have built so far: each stage reads what the stages before it set and sets
+    its own fields. `run_stages` runs them in PIPELINE's order."""
+
+    model: ModelInput
+    options: CompileOptions
+    target: Target
+    schedules: ScheduleSource | None = None  # the database's records (None: the default rules only)
+    only: str | None = None  # inspect: the one kernel to build from "tir" on (its name or an ONNX node)
+    # convs kept direct whatever the rule says; None: the rule, then what the records measured
+    direct_convs: frozenset[str] | None = None
+    # graph
+    imported: ImportedModel | None = None
+    # optimized
+    optimized: Graph | None = None
+    passes: list[str] = field(default_factory=list)
+    after_pass: list[tuple[str, Graph]] = field(default_factory=list)
+    # fused
+    fused: Graph | None = None
+    # tir
+    frontier: Frontier | None = None
+    groups: list[KernelGroup] = field(default_factory=list)  # the kernels built on (`only`, or all)
+    pinned: dict[str, tuple[str, ScheduleChoice]] = field(default_factory=dict)  # kernel -> override
+    # scheduled
+    kernels: list[Kernel] = field(default_factory=list)
+    # llvm
+    library: CodeLibrary | None = None
+    # asm
+    object_code: bytes = b""
+    seconds: dict[str, float] = field(default_factory=dict)  # stage -> its wall time
+
+    @classmethod
+    def start(
+        cls,
+        model: ModelInput,
+        options: CompileOptions,
+        schedules: ScheduleSource | None = None,
+        only: str | None = None,
+        direct_convs: frozenset[str] | None = None,
+    ) -> Build:
+        return cls(model, options, parse_target(options.target), schedules, only, direct_convs)
+
+    def need_frontier(self) -> Frontier:
+        assert self.frontier is not None, "the tir stage has not run"
+        return self.frontier
+
+
+def _import(b: Build) -> None:
+    """Parse and check the ONNX file, convert it to a native opset, bind shapes, fold shape math."""
+    o = b.options
+    b.imported = import_model(b.model, dict(o.shapes), limits=o.limits, external_data=o.external_data)
+
+
+def _optimize(b: Build) -> None:
+    """The graph passes of the opt level, in order (compiler.graph.passes). A Winograd conv whose
+    direct twin's record measured faster is then kept direct: the rule picks, measurements overrule."""
+    _run_graph_passes(b, b.direct_convs or frozenset())
+    if b.direct_convs is not None:
+        return
+    b.direct_convs = frozenset()
+    if b.schedules is None or b.optimized is None:
+        return
+    if not any(n.op == "conv2d_winograd_nchwc" for n in b.optimized.calls()):
+        return
+    probe = replace(b, options=replace(b.options, overrides={}), after_pass=list(b.after_pass))
+    for stage in (_partition, _lower):
+        stage(probe)
+    forced = measured_direct(b.model, b.options, probe.need_frontier(), b.schedules)
+    if forced:
+        b.direct_convs = forced
+        _run_graph_passes(b, forced)
+
+
+def _run_graph_passes(b: Build, direct_convs: frozenset[str]) -> None:
+    assert b.imported is not None
+    graph = b.imported.graph
+    b.after_pass = [("import", graph)]
+    b.passes = []
+    context = PassContext(channel_block=b.target.lanes("float32"), direct_convs=direct_convs)
+    for name, fn in graph_passes(b.options.opt_level):
+        if name not in b.options.disabled_passes:
+            graph = fn(graph, context)
+            b.passes.append(name)
+            b.after_pass.append((name, graph))
+    b.optimized = graph
+
+
+def _partition(b: Build) -> None:
+    """Cut the optimized graph into groups, one kernel each (fused at opt level 3)."""
+    assert b.optimized is not None
+    name, fn = partition_pass(b.options.opt_level)
+    b.fused = fn(b.optimized, PassContext())
+    b.passes.append(name)
+    b.after_pass.append((name, b.fused))
+
+
+def _lower(b: Build) -> None:
+    """Each group's naive loop nest (TIR); the overrides bound to the kernels they name."""
+    assert b.imported is not None and b.optimized is not None and b.fused is not None
+    outputs = set(b.fused.outputs)
+    kernels: list[KernelGroup] = []
+    aliases: list[Call] = []
+    for node in b.fused.calls():
+        if _is_alias(node) and node not in outputs:
+            aliases.append(node)
+            continue
+        group = node.attr("group")  # its name is unique: the partition numbers the groups
+        consts = frozenset(k for k, a in enumerate(node.args) if isinstance(a, Const))
+        kernels.append(KernelGroup(node, lower_group(group, group.name, b.target, consts)))
+    fr = b.frontier = Frontier(
+        b.target,
+        b.imported.opset,
+        b.imported.graph,
+        b.optimized,
+        list(b.passes),
+        b.fused,
+        kernels,
+        aliases,
+        b.direct_convs or frozenset(),
+        dict(b.imported.nodes),
+        tuple(b.after_pass),
+    )
+    b.pinned = bind_overrides(fr, b.options.overrides)  # every name is checked, whatever is built
+    b.groups = fr.kernels
+    if b.only is not None:
+        b.groups = [k for k in fr.kernels if k.name == b.only or b.only in k.workload.nodes]
+        if not b.groups:
+            names = ", ".join(k.name for k in fr.kernels)
+            raise CompilerError(f"no kernel {b.only!r}; kernels: {names}")
+
+
+def _schedule(b: Build) -> None:
+    """Each kernel's schedule: its override, else the database's best record, else the default
+    rule; then flattened to plain loops."""
+    b.kernels = schedule_kernels(b.need_frontier(), b.options, b.schedules, b.groups, b.pinned)
+
+
+def _emit_llvm(b: Build) -> None:
+    """TIR -> LLVM IR, optimized for the target CPU; a kernel equal to an earlier one is an alias."""
+    lib = b.library = CodeLibrary(b.target)
+    for k in b.kernels:
+        if k.same_as is not None:
+            lib.add_alias(k.symbol, k.same_as)
+        else:
+            lib.add_kernel(k.flat, k.symbol)
+    lib.finalize()
+
+
+def _emit_object(b: Build) -> None:
+    """Machine code for the target CPU (compile links it with the runtime into a shared library)."""
+    assert b.library is not None
+    b.object_code = b.library.object_code()
+
+
+def _kernels_text(b: Build) -> str:
+    return "\n".join(func_str(k.workload.func) for k in b.groups)
+
+
+def _scheduled_text(b: Build) -> str:
+    return "\n".join(func_str(k.scheduled) for k in b.kernels)
+
+
+def _llvm_text(b: Build) -> str:
+    assert b.library is not None
+    return b.library.llvm_ir()
+
+
+def _asm_text(b: Build) -> str:
+    assert b.library is not None
+    return b.library.assembly()
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Build], None]  # builds this stage's part from the stages before it
+    show: Callable[[Build], str]  # its text (what `temper inspect --stage NAME` prints)
+
+
+# the compiler, in order: compile_model runs every stage, inspect_model runs up to the one asked
+PIPELINE: tuple[Stage, ...] = (
+    Stage("graph", _import, lambda b: print_graph(_need(b.imported).graph)),
+    Stage("optimized", _optimize, lambda b: print_graph(_need(b.optimized))),
+    Stage("fused", _partition, lambda b: print_fused(_need(b.fused))),
+    Stage("tir", _lower, _kernels_text),
+    Stage("scheduled", _schedule, _scheduled_text),
+    Stage("llvm", _emit_llvm, _llvm_text),
+    Stage("asm", _emit_object, _asm_text),
+)
+STAGES = tuple(stage.name for stage in PIPELINE)
+
+
+_T = TypeVar("_T")
+
+
+def _need(value: _T | None) -> _T:
+    assert value is not None, "an earlier stage did not run"
+    return value
+
+
+def run_stages(b: Build, until: str = STAGES[-1]) -> Build:
+    """Run PIPELINE's stages in order up to and including `until`, timing each."""
+    if until not in STAGES:
+        raise CompilerError(f"unknown stage {until!r}; choose one of {', '.join(STAGES)}")
+    for stage in PIPELINE:
+        t0 = time.perf_counter()
+        stage.run(b)
+        b.seconds[stage.name] = time.perf_counter() - t0
+        if stage.name == until:
+            break
+    return b
+
+
 def _is_alias(call: Call) -> bool:
     group = call.attr("group")
     return all(n.op == "reshape" for n in group.body.calls())
@@ -135,41 +349,10 @@ def _is_alias(call: Call) -> bool:
 def build_frontier(
     model: ModelInput, options: CompileOptions, direct_convs: frozenset[str] = frozenset()
 ) -> Frontier:
-    target = parse_target(options.target)
-    # parse, check, convert to a native opset, bind shapes, fold shape subgraphs
-    imported = import_model(
-        model, dict(options.shapes), limits=options.limits, external_data=options.external_data
-    )
-    graph = imported.graph
-    after: list[tuple[str, Graph]] = [("import", graph)]  # the graph after each pass
-    context = PassContext(channel_block=target.lanes("float32"), direct_convs=direct_convs)
-    fused, passes = run_passes(
-        graph, options.opt_level, lambda name, g: after.append((name, g)), context, options.disabled_passes
-    )  # the graph passes, then the partition into kernels
-    optimized = next(g for name, g in reversed(after) if name not in PARTITIONS)  # before partitioning
-    outputs = set(fused.outputs)
-    kernels: list[KernelGroup] = []
-    aliases: list[Call] = []
-    for node in fused.calls():
-        if _is_alias(node) and node not in outputs:
-            aliases.append(node)
-            continue
-        group = node.attr("group")  # its name is unique: the partition numbers the groups
-        consts = frozenset(k for k, a in enumerate(node.args) if isinstance(a, Const))
-        kernels.append(KernelGroup(node, lower_group(group, group.name, target, consts)))  # naive TIR
-    return Frontier(
-        target,
-        imported.opset,
-        graph,
-        optimized,
-        passes,
-        fused,
-        kernels,
-        aliases,
-        direct_convs,
-        dict(imported.nodes),
-        tuple(after),
-    )
+    """The stages up to TIR, with exactly these convs kept direct (no records consulted, no
+    overrides bound)."""
+    bare = replace(options, overrides={})
+    return run_stages(Build.start(model, bare, direct_convs=direct_convs), "tir").need_frontier()
 
 
 def winograd_alternatives(model: ModelInput, options: CompileOptions, fr: Frontier) -> list[Alternative]:
@@ -178,9 +361,8 @@ def winograd_alternatives(model: ModelInput, options: CompileOptions, fr: Fronti
     wino = [k for k in fr.kernels if k.workload.anchor_op == "conv2d_winograd_nchwc"]
     if not wino:
         return []
-    direct = build_frontier(
-        model, replace(options, disabled_passes=options.disabled_passes | {"conv_algorithm"})
-    )
+    without = replace(options, disabled_passes=options.disabled_passes | {"conv_algorithm"})
+    direct = build_frontier(model, without)
     by_nodes = {frozenset(k.workload.nodes): k for k in direct.kernels}
     out = []
     for k in wino:
@@ -218,10 +400,9 @@ def measured_direct(
 
 
 def frontier_for(model: ModelInput, options: CompileOptions, schedules: ScheduleSource | None) -> Frontier:
-    """What compile builds: the passes' rules, then a conv measured faster direct kept direct."""
-    fr = build_frontier(model, options)
-    forced = measured_direct(model, options, fr, schedules)
-    return build_frontier(model, options, forced) if forced else fr
+    """What compile builds up to TIR: the passes' rules, then a conv measured faster direct kept
+    direct; overrides bound."""
+    return run_stages(Build.start(model, options, schedules), "tir").need_frontier()
 
 
 _V = TypeVar("_V")
@@ -309,33 +490,29 @@ def schedule_kernels(
 def compile_model(
     model: ModelInput, options: CompileOptions | None = None, schedules: ScheduleSource | None = None
 ) -> CompiledModel:
+    """Every stage of PIPELINE, then the artifact's parts: the library linked with the runtime, the
+    execution plan with the packed constants, the manifest."""
     options = options or CompileOptions()
     t0 = time.perf_counter()
-    fr = frontier_for(model, options, schedules)
+    b = run_stages(Build.start(model, options, schedules))
+    fr, kernels = b.need_frontier(), b.kernels
     t1 = time.perf_counter()
-    kernels = schedule_kernels(fr, options, schedules)  # default / tuned / overridden, then flatten
-    t2 = time.perf_counter()
-    lib = CodeLibrary(fr.target)
-    for k in kernels:
-        if k.same_as is not None:
-            lib.add_alias(k.symbol, k.same_as)
-        else:
-            lib.add_kernel(k.flat, k.symbol)  # TIR -> LLVM IR
-    library = lib.shared_library()  # optimize for the target CPU, emit object, link
-    t3 = time.perf_counter()
+    library = link_shared(b.object_code)
     of_call: dict[Call, Kernel | None] = {g.call: k for g, k in zip(fr.kernels, kernels, strict=True)}
     of_call.update({a: None for a in fr.aliases})
     plan, params = make_plan(fr.fused, of_call)  # buffers, workspace reuse, packed constants
     manifest = _manifest(fr, kernels, options)
+    front = ("graph", "optimized", "fused", "tir")
     timings = {
-        "frontend_s": t1 - t0,
-        "schedule_s": t2 - t1,
-        "codegen_s": t3 - t2,
+        "frontend_s": sum(b.seconds[s] for s in front),
+        "schedule_s": b.seconds["scheduled"],
+        "codegen_s": b.seconds["llvm"] + b.seconds["asm"] + time.perf_counter() - t1,
         "total_s": time.perf_counter() - t0,
     }
     manifest["compile_seconds"] = round(timings["total_s"], 3)
     if options.dump_ir:
-        dump_ir(Path(options.dump_ir), fr, kernels, lib)
+        assert b.library is not None
+        dump_ir(Path(options.dump_ir), fr, kernels, b.library)
     return CompiledModel(manifest, library, plan, params, kernels, timings)
 
 
@@ -398,30 +575,14 @@ def inspect_model(
     kernel: str | None = None,
     schedules: ScheduleSource | None = None,
 ) -> str:
-    """Text of one pipeline stage (optionally one kernel's part of it)."""
+    """Text of one stage of PIPELINE (from "tir" on, optionally of one kernel), running the stages
+    up to it; overrides name kernels, so with overrides the stages run at least to "tir" to check
+    them."""
     options = options or CompileOptions()
     if stage not in STAGES:
         raise CompilerError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
-    fr = frontier_for(model, options, schedules)
-    pinned = bind_overrides(fr, options.overrides)  # checked whatever the stage
-    if stage == "graph":
-        return print_graph(fr.graph)
-    if stage == "optimized":
-        return print_graph(fr.optimized)
-    if stage == "fused":
-        return print_fused(fr.fused)
-    groups = fr.kernels
-    if kernel is not None:
-        groups = [k for k in groups if k.name == kernel or kernel in k.workload.nodes]
-        if not groups:
-            names = ", ".join(k.name for k in fr.kernels)
-            raise CompilerError(f"no kernel {kernel!r}; kernels: {names}")
-    if stage == "tir":
-        return "\n".join(func_str(k.workload.func) for k in groups)
-    kernels = schedule_kernels(fr, options, schedules, groups, pinned)
-    if stage == "scheduled":
-        return "\n".join(func_str(k.scheduled) for k in kernels)
-    lib = CodeLibrary(fr.target)
-    for k in kernels:
-        lib.add_kernel(k.flat, k.symbol)
-    return lib.llvm_ir() if stage == "llvm" else lib.assembly()
+    until = stage
+    if options.overrides and STAGES.index(stage) < STAGES.index("tir"):
+        until = "tir"
+    b = run_stages(Build.start(model, options, schedules, only=kernel), until)
+    return PIPELINE[STAGES.index(stage)].show(b)

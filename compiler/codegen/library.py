@@ -136,25 +136,29 @@ class CodeLibrary:
             return obj
 
     def shared_library(self) -> bytes:
-        """Link the object code with the parallel runtime into a shared library (C ABI; needs libc and
-        libm). `-z nodelete`: the pool's detached workers run the library's code for as long as the
-        process lives, so the library must never be unmapped under them."""
-        obj = self.object_code()
-        cc = _c_compiler()
-        runtime = runtime_objects(cc)
-        with tempfile.TemporaryDirectory(prefix="temper-link-") as d:
-            o, so = Path(d) / "kernels.o", Path(d) / "lib.so"
-            o.write_bytes(obj)
-            parts = [o]
-            for k, code in enumerate(runtime):
-                parts.append(Path(d) / f"runtime{k}.o")
-                parts[-1].write_bytes(code)
-            proc = subprocess.run(
-                [cc, "-shared", "-pthread", "-Wl,-z,nodelete", "-o", str(so), *map(str, parts), "-lm"],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                raise CodegenError(f"linking failed: {proc.stderr.strip()}")
-            return so.read_bytes()
+        """The library's object code linked into a shared library (see link_shared)."""
+        return link_shared(self.object_code())
+
+
+def link_shared(obj: bytes) -> bytes:
+    """Link the object code with the parallel runtime into a shared library (C ABI; needs libc and
+    libm). `-z nodelete`: the pool's detached workers run the library's code for as long as the
+    process lives, so the library must never be unmapped under them."""
+    cc = _c_compiler()
+    runtime = runtime_objects(cc)
+    with tempfile.TemporaryDirectory(prefix="temper-link-") as d:
+        o, so = Path(d) / "kernels.o", Path(d) / "lib.so"
+        o.write_bytes(obj)
+        parts = [o]
+        for k, code in enumerate(runtime):
+            parts.append(Path(d) / f"runtime{k}.o")
+            parts[-1].write_bytes(code)
+        proc = subprocess.run(
+            [cc, "-shared", "-pthread", "-Wl,-z,nodelete", "-o", str(so), *map(str, parts), "-lm"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise CodegenError(f"linking failed: {proc.stderr.strip()}")
+        return so.read_bytes()

@@ -47,15 +47,16 @@ def _model() -> bytes:
 OPTIONS = CompileOptions(disabled_passes=frozenset({"alter_layout"}))
 
 
-class _LastOption:
-    """Every schedule decision takes its last option: a valid schedule unlike the default one."""
+class _OtherOption:
+    """Every schedule decision takes an option other than its default where it has one: a valid
+    schedule unlike the default one, on any vector width."""
 
     def choose(self, name: str, options: Sequence[Any], default: Any) -> Any:
-        return options[-1]
+        return next((o for o in reversed(options) if o != default), default)
 
 
 def _other_choice(kernel: Kernel) -> ScheduleChoice:
-    sch, _ = default_schedule(kernel.workload, _LastOption())
+    sch, _ = default_schedule(kernel.workload, _OtherOption())
     assert sch.trace.dumps() != kernel.trace.dumps()
     return ScheduleChoice(sch.trace, {"source": "override", "inline": True})
 

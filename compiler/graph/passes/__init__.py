@@ -94,6 +94,18 @@ PASSES_BY_LEVEL: dict[int, list[tuple[str, Pass]]] = {0: _LEVEL_0, 1: _LEVEL_1, 
 PARTITIONS = ("one_kernel_per_op", "fuse_ops")
 
 
+def graph_passes(level: int) -> list[tuple[str, Pass]]:
+    """The passes of `level` that rewrite the graph: all but its closing partition."""
+    return [(name, fn) for name, fn in PASSES_BY_LEVEL[level] if name not in PARTITIONS]
+
+
+def partition_pass(level: int) -> tuple[str, Pass]:
+    """The pass that closes `level`: the partition of the graph into kernels."""
+    name, fn = PASSES_BY_LEVEL[level][-1]
+    assert name in PARTITIONS
+    return name, fn
+
+
 # which pass may turn which graph op into which (each pass module declares its REWRITES)
 REWRITING_PASSES = {
     "alter_layout": alter_layout.REWRITES,
@@ -164,10 +176,12 @@ __all__ = [
     "fold_batch_norm",
     "fold_constants",
     "fuse_ops",
+    "graph_passes",
     "implementations",
     "one_kernel_per_op",
     "optional_passes",
     "partition",
+    "partition_pass",
     "pointwise_conv_to_matmul",
     "print_fused",
     "run_passes",
