@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from compiler.errors import CompilerError
-from compiler.pipeline import STAGES, CompileOptions, compile_model, inspect_model
+from compiler.pipeline import (
+    PIPELINE,
+    STAGES,
+    Build,
+    CompileOptions,
+    compile_model,
+    inspect_model,
+    run_stages,
+)
 from tests.models.builders import small_conv_model
 
 
@@ -27,6 +35,25 @@ def test_every_stage_prints(model: bytes) -> None:
     assert "parallel(" in texts["scheduled"] or "vectorized(" in texts["scheduled"]
     assert "define" in texts["llvm"] and "fmul" in texts["llvm"]
     assert "vfmadd" in texts["asm"] or "vmulps" in texts["asm"]
+
+
+def test_stages_run_in_order_and_stop_at_the_one_asked(model: bytes) -> None:
+    assert tuple(s.name for s in PIPELINE) == STAGES
+    assert STAGES[0] == "graph" and STAGES[-1] == "asm"
+    for k, stage in enumerate(STAGES):
+        b = run_stages(Build.start(model, CompileOptions()), stage)
+        assert list(b.seconds) == list(STAGES[: k + 1])  # what ran, in order, and nothing after
+    fused = run_stages(Build.start(model, CompileOptions()), "fused")
+    assert fused.frontier is None and fused.kernels == [] and fused.fused is not None
+    assert fused.passes[-1] == "fuse_ops"  # the partition closes the passes
+    with pytest.raises(CompilerError, match="unknown stage 'link'"):
+        run_stages(Build.start(model, CompileOptions()), "link")
+
+
+def test_the_dump_shows_what_inspect_shows(model: bytes, tmp_path: Path) -> None:
+    compile_model(model, CompileOptions(dump_ir=str(tmp_path)))
+    assert inspect_model(model, "optimized", CompileOptions()) == (tmp_path / "optimized.txt").read_text()
+    assert inspect_model(model, "fused", CompileOptions()) == (tmp_path / "fused.txt").read_text()
 
 
 def test_inspect_one_kernel_by_name_or_node(model: bytes) -> None:
