@@ -10,7 +10,7 @@ import numpy as np
 
 from compiler.graph.interpret import run_graph
 from compiler.kernels import Workload
-from compiler.pipeline import CompileOptions, ModelInput, build_frontier, winograd_alternatives
+from compiler.pipeline import CompileOptions, Frontier, ModelInput, build_frontier, winograd_alternatives
 from compiler.planner import pack_constant
 
 
@@ -60,7 +60,11 @@ def pack_inputs(inputs: Mapping[str, np.ndarray], layouts: Mapping[str, Any]) ->
 
 def extract_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
     """Distinct workloads of the model in first-use order, weighted by occurrence."""
-    fr = build_frontier(model, options)
+    return tasks_of(build_frontier(model, options))
+
+
+def tasks_of(fr: Frontier) -> list[Task]:
+    """Distinct workloads of a built frontier in first-use order, weighted by occurrence."""
     by_key: dict[str, Task] = {}
     counts: dict[str, int] = {}
     for kernel in fr.kernels:
@@ -71,10 +75,11 @@ def extract_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
     return [Task(t.name, t.workload, t.group, counts[k], t.flops) for k, t in by_key.items()]
 
 
-def alternative_tasks(model: ModelInput, options: CompileOptions) -> list[Task]:
+def alternative_tasks(model: ModelInput, options: CompileOptions, fr: Frontier | None = None) -> list[Task]:
     """The direct twins of the model's Winograd kernels (compiler.pipeline.winograd_alternatives),
-    one task per distinct workload, weighted like the Winograd task each replaces."""
-    fr = build_frontier(model, options)
+    one task per distinct workload, weighted like the Winograd task each replaces; `fr` is the
+    model's frontier when the caller has built it already."""
+    fr = fr or build_frontier(model, options)
     counts: dict[str, int] = {}
     for kernel in fr.kernels:
         key = kernel.workload.key

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.errors import CompilerError, ScheduleError
-from compiler.pipeline import CompileOptions, ModelInput
+from compiler.frontend.onnx import parse_model
+from compiler.pipeline import CompileOptions, ModelInput, build_frontier
 from compiler.runtime.module import missing_features
 from compiler.target import Target, parse_target
 from compiler.tir.trace import Trace, replay
@@ -26,7 +27,7 @@ from tuner.records import Database, TuningRecord, WorkloadEntry
 from tuner.scheduler import TaskScheduler
 from tuner.search import TaskState, propose
 from tuner.space import default_trace
-from tuner.task import Task, alternative_tasks, extract_tasks
+from tuner.task import Task, alternative_tasks, tasks_of
 from tuner.workloads import describe, rebuild
 
 
@@ -108,8 +109,12 @@ def tune(
             f"cannot tune for target {target.cpu!r} on this machine: it lacks the CPU features "
             f"{', '.join(missing)} that code for it uses; tune on a machine that has them, or --target host"
         )
-    tasks = extract_tasks(model, options)
-    tasks += alternative_tasks(model, options)  # Winograd convs' direct twins: measured, not assumed
+    # parsed once (the frontend's guard runs here) and imported and lowered once; the Winograd twins
+    # and the in-model confirmation build from the same proto
+    model = parse_model(model, options.limits, options.external_data)
+    fr = build_frontier(model, options)
+    tasks = tasks_of(fr)
+    tasks += alternative_tasks(model, options, fr)  # Winograd convs' direct twins: measured, not assumed
     builder = builder or LocalBuilder(target=target)
     runner = runner or LocalRunner()
     cost_model = cost_model or XGBoostModel(seed=topts.seed)
