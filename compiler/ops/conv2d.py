@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -231,13 +232,142 @@ def _groups(blk: Block) -> int:
     return int(data.buffer.shape[1]) // int(blk.iter_vars[4].extent)
 
 
-def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
-    """Register-tiled direct convolution.
+@dataclass(frozen=True)
+class ConvNest:
+    """The direct conv's loop nest as the dispatcher hands it to a rule (after the shared preamble)."""
 
-    Dense/grouped-free convs: a tile of output channels (1-2 vectors, weights packed so a tile's
-    weights are contiguous) by a run of output columns accumulates in registers over (ic, kh, kw);
-    the fused epilogue runs per tile. Depthwise convs vectorize along output columns instead.
-    The padded input is materialized once (parallel), so the inner loop has no bounds checks.
+    conv: str  # the conv's block
+    blk: Block  # its definition: iteration extents and loads
+    consumer: str  # the block storing the result: the fused epilogue, or the cache write-back
+    loops: tuple[str, ...]  # its root loops, outermost first (conv2d: n, oc, oh, ow, rc, ry, rx)
+    threads: bool  # the `parallel` decision
+    pad: str | None  # the padded input's block, when it is materialized as a nest of its own
+
+
+def depthwise_rows(sch: Schedule, info: KernelInfo, nest: ConvNest) -> bool:
+    """Depthwise convs: one channel plane per parallel iteration, a vector along each output row
+    and a few rows per tile (see plane_rows), the padded plane made right before it is read.
+
+    A depthwise conv has no channel reduction whose input values a tile of channels could share,
+    and a vector of channels would gather from and scatter to as many NCHW planes; a row is
+    contiguous in both. True when the padded input was placed per plane (it then needs no nest of
+    its own)."""
+    ln, loc, loh, low, lrc, lry, lrx = nest.loops
+    lanes = info.target.lanes()
+    ow, oh = nest.blk.iter_vars[3].extent, nest.blk.iter_vars[2].extent
+    # one vector of up to 64 lanes along the row (LLVM splits it into registers), and enough
+    # rows that the unrolled tile keeps ~8 independent accumulators (FMA latency x throughput)
+    vw0 = ow if ow <= 64 else max(d for d in range(1, 65) if ow % d == 0)
+    # half vectors too: a row of 56 is 7 of them, where a 56-lane vector is 3.5 registers,
+    # which LLVM splits clumsily (worst with stride-2 reads, shuffled per register)
+    half = max(1, lanes // 2)
+    widths = sorted({vw0} | {d for d in range(half, 65, half) if ow % d == 0})
+    vw = sch.decide("vector_width", widths, vw0)
+    nv = -(-vw // lanes)
+    row_options = [d for d in range(1, oh + 1) if oh % d == 0 and d * nv <= 24]
+    rows0 = next((d for d in row_options if d * nv >= 8), row_options[-1])
+    rows = sch.decide("rows", row_options, rows0 if vw == vw0 else 1)
+    # pad one channel plane right before its convolution (it stays in cache)
+    return plane_rows(
+        sch, nest.conv, nest.consumer, (ln, loc, loh, low), [lrc, lry, lrx], vw, rows, nest.threads,
+        nest.pad, info.target,
+    )  # fmt: skip
+
+
+def columns_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
+    """Grouped convs, and convs whose output channels do not fill vectors (or whose reduction is
+    short and rows long, see _default_axis): a vector along output columns times a register tile of
+    output channels, the weights broadcast.
+
+    Channels can't be the vector axis there: too few of them, or a vector of them would span
+    groups, which read different input channels. The channel tile stays within one group, so it
+    shares its input rows."""
+    ln, loc, loh, low, lrc, lry, lrx = nest.loops
+    lanes = info.target.lanes()
+    regs = info.target.vector_registers
+    oc = nest.blk.iter_vars[1].extent
+    per_group = oc // _groups(nest.blk) if info.tags.get(nest.conv) == "anchor_grouped" else oc
+    max_oc = max(1, regs - 3)
+    options = [d for d in range(1, min(per_group, max_oc) + 1) if per_group % d == 0]
+    oct = sch.decide("oct", options, max(options))
+    owo, owv = sch.split(low, [None, lanes])
+    oco, oci = sch.split(loc, [None, oct])
+    sch.reorder(ln, oco, loh, owo, lrc, lry, lrx, oci, owv)
+    outer = sch.fuse(ln, oco, loh)
+    if nest.threads:
+        sch.parallel(outer)
+    sch.unroll(oci)
+    sch.vectorize(owv)
+    sch.reverse_compute_at(nest.consumer, owo)
+    sch.decompose_reduction(nest.conv, lrc)
+    inner = root_loops(sch, nest.consumer)[-1]
+    sch.vectorize(inner.var.name)
+
+
+def channel_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
+    """Dense convs with whole vectors of output channels: a register tile of up to 4 channel vectors
+    by a run of output columns accumulates over (ic, kh, kw), one weight vector times a broadcast
+    input value per step; constant weights are packed so one tile's weights are contiguous.
+
+    The default where channels fill vectors: every input value loaded feeds a whole tile of FMAs,
+    and the fused epilogue runs per tile while it is still in registers."""
+    ln, loc, loh, low, lrc, lry, lrx = nest.loops
+    lanes = info.target.lanes()
+    oc_iv, ow_iv = nest.blk.iter_vars[1], nest.blk.iter_vars[3]
+    nt0, owt0 = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
+    regs = info.target.vector_registers
+    oc = oc_iv.extent
+    nt = sch.decide("nt", sorted({v * lanes for v in (1, 2, 3, 4) if oc % (v * lanes) == 0} | {nt0}), nt0)
+    nvec = max(1, -(-nt // lanes))
+    # accumulators + one register per weight vector; the broadcast input can be an FMA's
+    # memory operand, so a tile may fill every register (the default leaves some spare)
+    max_w = max(1, (regs - nvec) // nvec)
+    owt = sch.decide(
+        "owt",
+        [d for d in range(1, min(ow_iv.extent, max_w) + 1) if ow_iv.extent % d == 0],
+        owt0 if nt == nt0 else 1,
+    )
+    oco, oci = sch.split(loc, [None, nt])
+    ocv_o, ocv = sch.split(oci, [None, min(lanes, nt)])
+    owo, owi = sch.split(low, [None, owt])
+    red = (
+        [lrc, lry, lrx]
+        if sch.decide("reduce_order", ["c_kh_kw", "kh_kw_c"], "c_kh_kw") == "c_kh_kw"
+        else [lry, lrx, lrc]
+    )
+    tiles = (
+        [oco, loh, owo]
+        if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
+        else [loh, oco, owo]
+    )
+    sch.reorder(ln, *tiles, *red, owi, ocv_o, ocv)
+    outer = sch.fuse(ln, tiles[0], tiles[1])
+    if nest.threads:
+        sch.parallel(outer)
+    sch.unroll(owi)
+    sch.unroll(ocv_o)
+    sch.vectorize(ocv)
+    if sch.decide("unroll_kw", [False, True], False):
+        sch.unroll(lrx)
+    weight = next(
+        x.buffer.name
+        for x in walk_expr(store_of(nest.blk).value)
+        if isinstance(x, Load) and x.indices[0] is oc_iv.var
+    )
+    if weight in sch.const_params and oc % nt == 0:
+        sch.pack_layout(weight, Layout(((0, nt),), (0, 2, 3, 4, 1)))
+    sch.reverse_compute_at(nest.consumer, owo)
+    sch.decompose_reduction(nest.conv, red[0])
+
+
+def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
+    """Direct convolution: the shared preamble, then one of three rules by the conv's kind.
+
+    The preamble inlines injective producers (keeping the padded input, materialized once so the
+    inner loops have no bounds checks), makes the block that stores the result and decides
+    `parallel`. Then depthwise convs take depthwise_rows, grouped convs columns_tile, and the rest
+    columns_tile or channel_tile by the `vector_axis` decision ("ow" or "oc"). A padded input that
+    the rule did not place gets its own parallel, vectorized nest.
     """
     conv = info.anchor_block
     assert conv is not None
@@ -246,100 +376,21 @@ def _conv2d_schedule(sch: Schedule, info: KernelInfo) -> None:
     keep = (pad,) if pad in sch.blocks() else ()
     inline_injective(sch, info, keep=keep)
     blk = block_of(sch, conv)
-    oc_iv, ow_iv = blk.iter_vars[1], blk.iter_vars[3]
     consumer = _consumer_and_scope(sch, info, conv)
-    ln, loc, loh, low, lrc, lry, lrx = [f.var.name for f in root_loops(sch, conv)]
-    lanes = info.target.lanes()
+    loops = tuple(f.var.name for f in root_loops(sch, conv))
     work = 2 * math.prod(iv.extent for iv in blk.iter_vars)
     threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_FLOPS)
+    nest = ConvNest(conv, blk, consumer, loops, threads, pad if keep else None)
+    pad_placed = False
     if kind == "anchor_depthwise":
-        ow, oh = ow_iv.extent, blk.iter_vars[2].extent
-        # one vector of up to 64 lanes along the row (LLVM splits it into registers), and enough
-        # rows that the unrolled tile keeps ~8 independent accumulators (FMA latency x throughput)
-        vw0 = ow if ow <= 64 else max(d for d in range(1, 65) if ow % d == 0)
-        # half vectors too: a row of 56 is 7 of them, where a 56-lane vector is 3.5 registers,
-        # which LLVM splits clumsily (worst with stride-2 reads, shuffled per register)
-        half = max(1, lanes // 2)
-        widths = sorted({vw0} | {d for d in range(half, 65, half) if ow % d == 0})
-        vw = sch.decide("vector_width", widths, vw0)
-        nv = -(-vw // lanes)
-        row_options = [d for d in range(1, oh + 1) if oh % d == 0 and d * nv <= 24]
-        rows0 = next((d for d in row_options if d * nv >= 8), row_options[-1])
-        rows = sch.decide("rows", row_options, rows0 if vw == vw0 else 1)
-        # pad one channel plane right before its convolution (it stays in cache)
-        if plane_rows(
-            sch, conv, consumer, (ln, loc, loh, low), [lrc, lry, lrx], vw, rows, threads,
-            pad if keep else None, info.target,
-        ):  # fmt: skip
-            keep = ()
-    elif kind == "anchor_grouped" or sch.decide("vector_axis", ["oc", "ow"], _default_axis(info, blk)) == "ow":  # noqa: E501
-        # few output channels, or channel groups: vectorize along output columns, a register tile of
-        # channels (within one group, so the tile shares its input rows), the weights broadcast
-        regs = info.target.vector_registers
-        oc = oc_iv.extent
-        per_group = oc // _groups(blk) if kind == "anchor_grouped" else oc
-        max_oc = max(1, regs - 3)
-        options = [d for d in range(1, min(per_group, max_oc) + 1) if per_group % d == 0]
-        oct = sch.decide("oct", options, max(options))
-        owo, owv = sch.split(low, [None, lanes])
-        oco, oci = sch.split(loc, [None, oct])
-        sch.reorder(ln, oco, loh, owo, lrc, lry, lrx, oci, owv)
-        outer = sch.fuse(ln, oco, loh)
-        if threads:
-            sch.parallel(outer)
-        sch.unroll(oci)
-        sch.vectorize(owv)
-        sch.reverse_compute_at(consumer, owo)
-        sch.decompose_reduction(conv, lrc)
-        inner = root_loops(sch, consumer)[-1]
-        sch.vectorize(inner.var.name)
+        pad_placed = depthwise_rows(sch, info, nest)
     else:
-        nt0, owt0 = conv_tile(info.target, oc_iv.extent, ow_iv.extent)
-        regs = info.target.vector_registers
-        oc = oc_iv.extent
-        nt = sch.decide("nt", sorted({v * lanes for v in (1, 2, 3, 4) if oc % (v * lanes) == 0} | {nt0}), nt0)
-        nvec = max(1, -(-nt // lanes))
-        # accumulators + one register per weight vector; the broadcast input can be an FMA's
-        # memory operand, so a tile may fill every register (the default leaves some spare)
-        max_w = max(1, (regs - nvec) // nvec)
-        owt = sch.decide(
-            "owt",
-            [d for d in range(1, min(ow_iv.extent, max_w) + 1) if ow_iv.extent % d == 0],
-            owt0 if nt == nt0 else 1,
-        )
-        oco, oci = sch.split(loc, [None, nt])
-        ocv_o, ocv = sch.split(oci, [None, min(lanes, nt)])
-        owo, owi = sch.split(low, [None, owt])
-        red = (
-            [lrc, lry, lrx]
-            if sch.decide("reduce_order", ["c_kh_kw", "kh_kw_c"], "c_kh_kw") == "c_kh_kw"
-            else [lry, lrx, lrc]
-        )
-        tiles = (
-            [oco, loh, owo]
-            if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
-            else [loh, oco, owo]
-        )
-        sch.reorder(ln, *tiles, *red, owi, ocv_o, ocv)
-        outer = sch.fuse(ln, tiles[0], tiles[1])
-        if threads:
-            sch.parallel(outer)
-        sch.unroll(owi)
-        sch.unroll(ocv_o)
-        sch.vectorize(ocv)
-        if sch.decide("unroll_kw", [False, True], False):
-            sch.unroll(lrx)
-        weight = next(
-            x.buffer.name
-            for x in walk_expr(store_of(blk).value)
-            if isinstance(x, Load) and x.indices[0] is oc_iv.var
-        )
-        if weight in sch.const_params and oc % nt == 0:
-            sch.pack_layout(weight, Layout(((0, nt),), (0, 2, 3, 4, 1)))
-        lrc = red[0]
-        sch.reverse_compute_at(consumer, owo)
-        sch.decompose_reduction(conv, lrc)
-    if keep:
+        grouped = kind == "anchor_grouped"  # always columns_tile: no vector_axis decision
+        if grouped or sch.decide("vector_axis", ["oc", "ow"], _default_axis(info, blk)) == "ow":
+            columns_tile(sch, info, nest)
+        else:
+            channel_tile(sch, info, nest)
+    if keep and not pad_placed:
         parallel_vectorize(sch, pad, info.target)
 
 

@@ -21,7 +21,14 @@ import numpy as np
 
 from compiler.graph.ir import TensorType
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr
-from compiler.ops.conv2d import _consumer_and_scope, _conv2d, conv_output_hw, pad_tensor, window_attrs
+from compiler.ops.conv2d import (
+    ConvNest,
+    _consumer_and_scope,
+    _conv2d,
+    conv_output_hw,
+    pad_tensor,
+    window_attrs,
+)
 from compiler.ops.layout import to_blocked, to_planar
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
@@ -166,11 +173,72 @@ def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int
     return best
 
 
+def depthwise_columns(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
+    """Depthwise convs: a run of output columns, each one channel vector, accumulates over the
+    kernel window (its column taps unrolled when short).
+
+    In the blocked layout the channel lanes are the innermost axis of input, weight and output
+    alike, so every tap is a contiguous vector load whatever the kernel size and stride; the run
+    of columns gives independent accumulators to hide the FMA latency."""
+    ln, lcb, loh, low, lc, lry, lrx = nest.loops
+    extents = [iv.extent for iv in nest.blk.iter_vars]
+    ow = extents[3]
+    regs = info.target.vector_registers
+    vecs = max(1, -(-extents[4] // info.target.lanes()))
+    options = [d for d in range(1, ow + 1) if ow % d == 0 and d * vecs <= regs - 4]
+    owt = sch.decide("owt", options, max(d for d in options if d * vecs <= max(8, vecs)))
+    owo, owi = sch.split(low, [None, owt])
+    sch.reorder(ln, lcb, loh, owo, lry, lrx, owi, lc)
+    outer = sch.fuse(ln, lcb, loh)
+    if nest.threads:
+        sch.parallel(outer)
+    sch.unroll(owi)
+    sch.vectorize(lc)
+    if sch.decide("unroll_kw", [True, False], extents[6] <= 7):
+        sch.unroll(lrx)
+    sch.reverse_compute_at(nest.consumer, owo)
+    sch.decompose_reduction(nest.conv, lry)
+
+
+def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
+    """Dense and grouped convs: a register tile of (channel blocks x output columns) accumulates
+    over (input blocks, kh, kw, input lanes), one broadcast input value times one weight vector
+    per step (see register_tile for the tile's size).
+
+    The output block is the vector: the tile is stored as whole vectors by the fused epilogue, and
+    the weights of one step are a contiguous vector of the packed weight."""
+    ln, locb, loh, low, loc, lrcb, lry, lrx, lrci = nest.loops
+    extents = [iv.extent for iv in nest.blk.iter_vars]
+    ow = extents[3]
+    nb0, owt0 = register_tile(info.target, extents[1], extents[4], ow)
+    nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
+    options = [d for d in range(1, min(ow, 28) + 1) if ow % d == 0]
+    owt = sch.decide("owt", options, owt0 if nb == nb0 else 1)
+    ocbo, ocbi = sch.split(locb, [None, nb])
+    owo, owi = sch.split(low, [None, owt])
+    tiles = (
+        [ocbo, loh, owo]
+        if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
+        else [loh, ocbo, owo]
+    )
+    sch.reorder(ln, *tiles, lrcb, lry, lrx, lrci, owi, ocbi, loc)
+    outer = sch.fuse(ln, tiles[0], tiles[1])
+    if nest.threads:
+        sch.parallel(outer)
+    sch.unroll(ocbi)
+    sch.unroll(owi)
+    sch.vectorize(loc)
+    if sch.decide("unroll_ci", [True, False], False):
+        sch.unroll(lrci)
+    sch.reverse_compute_at(nest.consumer, owo)
+    sch.decompose_reduction(nest.conv, lrcb)
+
+
 def _schedule(sch: Schedule, info: KernelInfo) -> None:
-    """Dense: a register tile of (channel blocks x output columns) accumulates over (input blocks,
-    kh, kw, input lanes), one broadcast input value times one weight vector per step; the fused
-    epilogue stores the tile as whole vectors. Depthwise: a run of output columns, each a channel
-    vector, accumulates over the kernel window."""
+    """Blocked convolution: the shared preamble (inline injective producers keeping the padded
+    input, the block storing the result, the `parallel` decision), then depthwise_columns for
+    depthwise convs and block_tile for the others; the epilogue's inner loop is vectorized and the
+    padded input gets its own parallel, vectorized nest."""
     conv = info.anchor_block
     assert conv is not None
     pad = f"{conv}_pad"
@@ -178,51 +246,14 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
     inline_injective(sch, info, keep=keep)
     blk = block_of(sch, conv)
     consumer = _consumer_and_scope(sch, info, conv)
-    extents = [iv.extent for iv in blk.iter_vars]
-    work = 2 * math.prod(extents)
+    work = 2 * math.prod(iv.extent for iv in blk.iter_vars)
     threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_FLOPS)
-    ow = extents[3]
+    loops = tuple(f.var.name for f in root_loops(sch, conv))
+    nest = ConvNest(conv, blk, consumer, loops, threads, pad if keep else None)
     if info.tags.get(conv) == "anchor_nchwc_depthwise":
-        ln, lcb, loh, low, lc, lry, lrx = [f.var.name for f in root_loops(sch, conv)]
-        regs = info.target.vector_registers
-        vecs = max(1, -(-extents[4] // info.target.lanes()))
-        options = [d for d in range(1, ow + 1) if ow % d == 0 and d * vecs <= regs - 4]
-        owt = sch.decide("owt", options, max(d for d in options if d * vecs <= max(8, vecs)))
-        owo, owi = sch.split(low, [None, owt])
-        sch.reorder(ln, lcb, loh, owo, lry, lrx, owi, lc)
-        outer = sch.fuse(ln, lcb, loh)
-        if threads:
-            sch.parallel(outer)
-        sch.unroll(owi)
-        sch.vectorize(lc)
-        if sch.decide("unroll_kw", [True, False], extents[6] <= 7):
-            sch.unroll(lrx)
-        sch.reverse_compute_at(consumer, owo)
-        sch.decompose_reduction(conv, lry)
+        depthwise_columns(sch, info, nest)
     else:
-        ln, locb, loh, low, loc, lrcb, lry, lrx, lrci = [f.var.name for f in root_loops(sch, conv)]
-        nb0, owt0 = register_tile(info.target, extents[1], extents[4], ow)
-        nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
-        options = [d for d in range(1, min(ow, 28) + 1) if ow % d == 0]
-        owt = sch.decide("owt", options, owt0 if nb == nb0 else 1)
-        ocbo, ocbi = sch.split(locb, [None, nb])
-        owo, owi = sch.split(low, [None, owt])
-        tiles = (
-            [ocbo, loh, owo]
-            if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
-            else [loh, ocbo, owo]
-        )
-        sch.reorder(ln, *tiles, lrcb, lry, lrx, lrci, owi, ocbi, loc)
-        outer = sch.fuse(ln, tiles[0], tiles[1])
-        if threads:
-            sch.parallel(outer)
-        sch.unroll(ocbi)
-        sch.unroll(owi)
-        sch.vectorize(loc)
-        if sch.decide("unroll_ci", [True, False], False):
-            sch.unroll(lrci)
-        sch.reverse_compute_at(consumer, owo)
-        sch.decompose_reduction(conv, lrcb)
+        block_tile(sch, info, nest)
     inner = root_loops(sch, consumer)[-1]
     sch.vectorize(inner.var.name)
     if keep:

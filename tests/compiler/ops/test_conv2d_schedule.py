@@ -1,0 +1,116 @@
+"""The direct conv schedules: which rule of conv2d (depthwise_rows, columns_tile, channel_tile) and
+of conv2d_nchwc (depthwise_columns, block_tile) each kind of conv gets, seen by the decisions the
+rule asks for. Stored tuning records replay these decisions by name, so a kind moving to another
+rule, or a rule asking for other decisions, shows here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from compiler.kernels import Workload, choose_rule
+from compiler.pipeline import CompileOptions, frontier_for
+
+
+def _conv_model(c: int, oc: int, k: int, *, groups: int = 1, stride: int = 1, hw: int = 16) -> bytes:
+    """One padded ('same') conv followed by a relu (the fused epilogue)."""
+    w = np.random.default_rng(0).standard_normal((oc, c // groups, k, k)).astype(np.float32)
+    out = (hw + 2 * (k // 2) - k) // stride + 1
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["x", "w"],
+            ["c"],
+            name="conv",
+            kernel_shape=[k, k],
+            strides=[stride] * 2,
+            pads=[k // 2] * 4,
+            group=groups,
+        ),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, oc, out, out])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def _conv_workload(model: bytes, disabled: set[str]) -> Workload:
+    """The model's conv kernel, lowered for a fixed target (8 lanes, 16 vector registers)."""
+    options = CompileOptions(target="haswell", disabled_passes=frozenset(disabled))
+    fr = frontier_for(model, options, None)
+    (w,) = [g.workload for g in fr.kernels if g.workload.anchor_op in ("conv2d", "conv2d_nchwc")]
+    return w
+
+
+class _Record:
+    """Takes the defaults, or the values in `force`; records each decision asked for."""
+
+    def __init__(self, force: dict[str, Any] | None = None) -> None:
+        self.force = force or {}
+        self.asked: dict[str, Any] = {}
+
+    def choose(self, name: str, options: Sequence[Any], default: Any) -> Any:
+        value = self.force.get(name, default)
+        self.asked[name] = value
+        return value
+
+
+PLANAR = {"alter_layout"}
+DEPTHWISE_ROWS = {"parallel", "vector_width", "rows", "pad_at"}
+COLUMNS_TILE = {"parallel", "vector_axis", "oct"}
+CHANNEL_TILE = {"parallel", "vector_axis", "nt", "owt", "reduce_order", "tile_order", "unroll_kw"}
+
+
+@pytest.mark.parametrize(
+    ("conv", "force", "asked"),
+    [
+        # depthwise_rows: a vector along output rows; no vector_axis to decide
+        (dict(c=16, oc=16, k=3, groups=16), {}, DEPTHWISE_ROWS),
+        (dict(c=16, oc=16, k=5, groups=16, stride=2, hw=32), {}, DEPTHWISE_ROWS),
+        # columns_tile: grouped convs without a vector_axis decision, few channels by it
+        (dict(c=32, oc=32, k=3, groups=4), {}, COLUMNS_TILE - {"vector_axis"}),
+        (dict(c=16, oc=3, k=3), {}, COLUMNS_TILE),
+        (dict(c=16, oc=32, k=3), {"vector_axis": "ow"}, COLUMNS_TILE),
+        # channel_tile: whole vectors of output channels
+        (dict(c=16, oc=32, k=3), {}, CHANNEL_TILE),
+        (dict(c=3, oc=16, k=7, stride=2, hw=32), {}, CHANNEL_TILE),
+    ],
+)
+def test_each_planar_conv_kind_gets_its_rule(
+    conv: dict[str, int], force: dict[str, Any], asked: set[str]
+) -> None:
+    w = _conv_workload(_conv_model(**conv), PLANAR)
+    assert w.anchor_op == "conv2d"
+    dec = _Record(force)
+    _, rule, fallback = choose_rule(w, dec)
+    assert (rule, fallback) == ("conv2d", None)
+    assert set(dec.asked) == asked
+    if "vector_axis" in asked:
+        assert dec.asked["vector_axis"] == ("ow" if "oct" in asked else "oc")
+
+
+@pytest.mark.parametrize(
+    ("conv", "asked"),
+    [
+        (dict(c=16, oc=16, k=3, groups=16), {"parallel", "owt", "unroll_kw"}),  # depthwise_columns
+        (dict(c=16, oc=32, k=3), {"parallel", "nb", "owt", "tile_order", "unroll_ci"}),  # block_tile
+    ],
+)
+def test_each_blocked_conv_kind_gets_its_rule(conv: dict[str, int], asked: set[str]) -> None:
+    w = _conv_workload(_conv_model(**conv), {"conv_algorithm"})
+    assert w.anchor_op == "conv2d_nchwc"
+    dec = _Record()
+    _, rule, fallback = choose_rule(w, dec)
+    assert (rule, fallback) == ("conv2d_nchwc", None)
+    assert set(dec.asked) == asked
