@@ -16,9 +16,10 @@ from onnx import helper, numpy_helper
 
 from compiler.errors import CompilerError, ShapeError
 from compiler.graph.interpret import fold
-from compiler.graph.ir import Call, Const, Expr, TensorType, attrs_of
+from compiler.graph.ir import Call, Const, Expr, attrs_of
 from compiler.limits import DEFAULT_LIMITS, FOLD_ELEMENTS, Limits
 from compiler.ops import registry
+from compiler.tensor_type import TensorType
 
 
 def _shortest(value: float) -> float:

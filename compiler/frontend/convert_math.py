@@ -11,7 +11,8 @@ import onnx
 from onnx import helper
 
 from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanInfo
-from compiler.graph.ir import DTYPES, Const, Expr
+from compiler.graph.ir import Const, Expr
+from compiler.tensor_type import DTYPES
 
 # dtypes a value computed at run time may have (constants may use any dtype of the IR)
 RUNTIME_DTYPES = ("float32", "float16", "int64", "int32", "bool")

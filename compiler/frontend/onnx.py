@@ -32,8 +32,9 @@ from compiler.frontend import (
 )
 from compiler.frontend.context import Budget, NodeContext, OpConverter, ScanInfo, decode_attribute, emit
 from compiler.frontend.convert_math import COMPUTE_DTYPE, RUNTIME_DTYPES, onnx_dtype_name
-from compiler.graph.ir import DTYPES, Const, Expr, Graph, TensorType, Var
+from compiler.graph.ir import Const, Expr, Graph, Var
 from compiler.limits import DEFAULT_LIMITS, FOLD_ELEMENTS, Limits
+from compiler.tensor_type import DTYPES, TensorType
 
 # The opsets temper's converters are written for; a model of another opset of the default domain
 # is converted to the nearest of them first (onnx.version_converter), keeping its node names.

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import CompilerError, ShapeError
-from compiler.graph.ir import Call, Const, Expr, Graph, TensorType, Var
+from compiler.graph.ir import Call, Const, Expr, Graph, Var
 from compiler.ops import registry
+from compiler.tensor_type import TensorType
 
 
 def evaluate(

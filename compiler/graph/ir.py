@@ -13,47 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from compiler.tensor_type import TensorType
+
 if TYPE_CHECKING:
     from compiler.graph.passes.fuse import Group
 
-# Short dtype names used by the printer and everywhere else in the compiler.
-DTYPES: dict[str, str] = {
-    "float32": "f32",
-    "float64": "f64",
-    "float16": "f16",
-    "int64": "i64",
-    "int32": "i32",
-    "int8": "i8",
-    "uint8": "u8",
-    "bool": "bool",
-}
-SHORT_TO_DTYPE = {v: k for k, v in DTYPES.items()}
-
 AttrValue = int | float | str | tuple[Any, ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class TensorType:
-    """Static shape and dtype of one value."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unsupported dtype {self.dtype!r}")
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    def __str__(self) -> str:
-        return f"{DTYPES[self.dtype]}[{', '.join(str(d) for d in self.shape)}]"
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import CompilerError
-from compiler.graph.ir import SHORT_TO_DTYPE, Call, Const, Expr, Graph, TensorType, Var, attrs_of
+from compiler.graph.ir import Call, Const, Expr, Graph, Var, attrs_of
+from compiler.tensor_type import SHORT_TO_DTYPE, TensorType
 
 _TOKEN = re.compile(
     r"""

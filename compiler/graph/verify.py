@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from compiler.errors import CompilerError, ShapeError
-from compiler.graph.ir import DTYPES, Call, Const, Graph, Var
+from compiler.graph.ir import Call, Const, Graph, Var
 from compiler.ops import registry
+from compiler.tensor_type import DTYPES
 
 
 def _check_attr_value(value: Any) -> bool:

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import FLOAT, NUMERIC, expect_args, expect_dtype
 from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm
 

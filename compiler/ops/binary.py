@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import (
     ANY_DTYPE,
     FLOAT,
@@ -23,6 +22,7 @@ from compiler.ops.common import (
     fail,
 )
 from compiler.ops.registry import OpDef, Pattern, ReferenceFn, register
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm
 

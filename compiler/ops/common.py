@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compiler.errors import ShapeError
-from compiler.graph.ir import TensorType
+from compiler.tensor_type import TensorType
 
 FLOAT = "float32"
 INDEX_DTYPES = ("int64", "int32")

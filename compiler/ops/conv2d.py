@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import (
     FLOAT,
     conv_out_size,
@@ -26,6 +25,7 @@ from compiler.ops.common import (
 )
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Block, Expr, FloatImm, Layout, Load, walk_expr
 from compiler.tir.rules import (

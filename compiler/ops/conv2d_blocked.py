@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr
 from compiler.ops.conv2d import (
     ConvNest,
@@ -32,6 +31,7 @@ from compiler.ops.conv2d import (
 from compiler.ops.layout import to_blocked, to_planar
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr
 from compiler.tir.rules import (

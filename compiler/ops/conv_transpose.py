@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr, ints_attr, non_negative
 from compiler.ops.conv2d import window_attrs
 from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr
 

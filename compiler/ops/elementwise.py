@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import DTYPES, TensorType
 from compiler.ops.common import FLOAT, NUMERIC, expect_args, expect_dtype, float_attr, str_attr
 from compiler.ops.registry import OpDef, Pattern, ReferenceFn, register
+from compiler.tensor_type import DTYPES, TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import expect_args, fail
 from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import NUMERIC, broadcast_shapes, expect_args, expect_dtype, expect_same_dtype, fail
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import Expr, Layout, Load, walk_expr
 from compiler.tir.rules import (

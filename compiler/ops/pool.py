@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import (
     FLOAT,
     expect_args,
@@ -32,6 +31,7 @@ from compiler.ops.common import (
 )
 from compiler.ops.conv2d import pad_tensor
 from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm, IterVar
 from compiler.tir.rules import (

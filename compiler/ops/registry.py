@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
+from compiler.tensor_type import TensorType
 
 
 class Pattern(enum.IntEnum):

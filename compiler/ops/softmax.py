@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr
 from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import Expr, IntImm
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import TensorType
 from compiler.ops.common import (
     INDEX_DTYPES,
     broadcast_shapes,
@@ -29,6 +28,7 @@ from compiler.ops.common import (
     str_attr,
 )
 from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Expr, FloatImm, IntImm
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.graph.ir import DTYPES
+from compiler.tensor_type import DTYPES
 from compiler.tir.ir import (
     Allocate,
     BinOp,

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compiler.graph.ir import AttrValue, Call, Const, Expr, Graph, TensorType, attrs_of
+from compiler.graph.ir import AttrValue, Call, Const, Expr, Graph, attrs_of
 from compiler.ops import registry
 from compiler.ops.conv2d_blocked import pack_weight
 from compiler.ops.layout import PLANAR, blocked_layout, to_blocked
 from compiler.ops.registry import Pattern
+from compiler.tensor_type import TensorType
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
 REWRITES = {"conv2d": "conv2d_nchwc"}

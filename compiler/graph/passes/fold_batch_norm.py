@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from compiler.graph.ir import Call, Const, Expr, Graph, TensorType, rewrite, users
+from compiler.graph.ir import Call, Const, Expr, Graph, rewrite, users
 from compiler.ops.norm import batch_norm_affine, channel_view
+from compiler.tensor_type import TensorType
 
 _ANCHORS = ("conv2d", "conv_transpose2d", "matmul")
 

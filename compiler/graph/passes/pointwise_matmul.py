@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 
-from compiler.graph.ir import Call, Const, Expr, Graph, TensorType, rewrite
+from compiler.graph.ir import Call, Const, Expr, Graph, rewrite
 from compiler.ops import registry
 from compiler.ops.registry import Pattern
+from compiler.tensor_type import TensorType
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
 REWRITES = {"conv2d": "matmul"}

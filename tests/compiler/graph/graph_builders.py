@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import Call, Const, Expr, Graph, TensorType, Var, attrs_of
+from compiler.graph.ir import Call, Const, Expr, Graph, Var, attrs_of
 from compiler.ops.registry import get
+from compiler.tensor_type import TensorType
 
 _rng = np.random.default_rng(7)
 

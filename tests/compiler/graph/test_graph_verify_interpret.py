@@ -9,10 +9,11 @@ import pytest
 
 from compiler.errors import CompilerError, ShapeError
 from compiler.graph.interpret import run_graph
-from compiler.graph.ir import Call, Graph, TensorType, Var
+from compiler.graph.ir import Call, Graph, Var
 from compiler.graph.passes import partition
 from compiler.graph.passes.fuse import groups_of
 from compiler.graph.verify import verify_graph
+from compiler.tensor_type import TensorType
 from tests.compiler.graph.graph_builders import CONV, call, const, feeds, graph, var
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from compiler.errors import ShapeError
-from compiler.graph.ir import TensorType
 from compiler.ops.conv2d_blocked import pack_weight, unpack_weight
 from compiler.ops.layout import layout_block, to_blocked, to_planar
 from compiler.ops.registry import get
+from compiler.tensor_type import TensorType
 
 CONV = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "groups": 1}
 

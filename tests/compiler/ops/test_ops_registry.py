@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from compiler.errors import ShapeError
-from compiler.graph.ir import TensorType, attrs_of
+from compiler.graph.ir import attrs_of
 from compiler.ops import common
 from compiler.ops.registry import Pattern, all_ops, get
+from compiler.tensor_type import TensorType
 
 VOCABULARY = {
     Pattern.ANCHOR: {
