@@ -2,10 +2,10 @@
 
 One emitter per kernel. Loop kinds map directly: serial -> a counted loop, unrolled -> the body
 repeated, vectorized -> the body evaluated once on LLVM vectors (contiguous accesses become vector
-loads/stores, invariant ones scalars that are broadcast, others per-lane), parallel -> the body
-outlined into a function of a range of iterations, which temper's parallel runtime (parallel.c,
-linked into every library) runs on every core, threads claiming chunks of the range until none is
-left. Kernels have the C ABI `int32_t name(void **args)`.
+loads/stores, invariant ones scalars that are broadcast, others per-lane; compiler/codegen/access.py
+tells which is which), parallel -> the body outlined into a function of a range of iterations,
+which temper's parallel runtime (parallel.c, linked into every library) runs on every core, threads
+claiming chunks of the range until none is left. Kernels have the C ABI `int32_t name(void **args)`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,17 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
+from compiler.codegen.access import (
+    Access,
+    NotPadded,
+    clamp_into,
+    flat_offset,
+    lane_offset,
+    load_access,
+    masked_load,
+    padded_load,
+    store_access,
+)
 from compiler.codegen.mathfns import emit_erf, emit_exp, emit_tanh
 from compiler.errors import CodegenError
 from compiler.runtime.errors import OUT_OF_MEMORY
@@ -40,12 +51,11 @@ from compiler.tir.ir import (
     Stmt,
     Store,
     Var,
-    substitute,
     walk_expr,
     walk_stmts,
 )
 from compiler.tir.legality import MAX_UNROLL_EXTENT
-from compiler.tir.simplify import affine_coeffs, bounds, simplify, specialize
+from compiler.tir.simplify import bounds, simplify, specialize
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -81,11 +91,6 @@ def _is_float(dtype: str) -> bool:
     return dtype.startswith("float")
 
 
-# a load's flat offset, its affine form (None unless it is affine and varies across vector lanes) and
-# its offset at lane 0 (when it has an affine form)
-_LoadPlan = tuple[Expr, tuple[dict[Expr, int], int] | None, Expr | None]
-
-
 @dataclass
 class _Ctx:
     """Per-LLVM-function emission state."""
@@ -119,7 +124,7 @@ class KernelEmitter:
         self.func = func
         self.symbol = symbol
         self._outlined = 0
-        self._load_plans: dict[tuple[Load, Var | None], _LoadPlan] = {}
+        self._load_accesses: dict[tuple[Load, Var | None], Access] = {}
 
     # ------------------------------------------------------------------ entry points
     def emit(self) -> ir.Function:
@@ -190,20 +195,7 @@ class KernelEmitter:
             a = self._splat(ctx.builder, a, b.type.count)
         return a, b
 
-    def _depends(self, ctx: _Ctx, e: Expr) -> bool:
-        return ctx.vec is not None and any(x is ctx.vec[0] for x in walk_expr(e))
-
     # ------------------------------------------------------------------ expressions
-    def _flat_offset(self, buf: Buffer, indices: tuple[Expr, ...], ranges: dict[Var, int]) -> Expr:
-        if len(indices) != len(buf.shape):
-            raise CodegenError(f"{buf.name}: {len(indices)} indices for rank {len(buf.shape)}")
-        off: Expr = IntImm(0)
-        stride = 1
-        for d, i in zip(reversed(buf.shape), reversed(indices), strict=True):
-            off = BinOp("+", off, BinOp("*", i, IntImm(stride)))
-            stride *= d
-        return simplify(off, ranges)
-
     def _ptr(self, ctx: _Ctx, buf: Buffer, off: ir.Value, as_type: ir.Type | None = None) -> ir.Value:
         """Address of element `off` of buf, typed as a pointer to `as_type` (default: the element)."""
         mem = _MEM_TYPES[buf.dtype]
@@ -223,27 +215,21 @@ class KernelEmitter:
         vec_var = ctx.vec[0] if ctx.vec is not None else None
         # the same load recurs across the iterations of unrolled loops it does not depend on
         # (the input tile of every Winograd position): its address analysis is done once
-        plan = self._load_plans.get((e, vec_var))
-        if plan is None:
-            off = self._flat_offset(e.buffer, e.indices, ctx.ranges)
-            lin = affine_coeffs(off) if self._depends(ctx, off) else None
-            base = simplify(substitute(off, {vec_var: IntImm(0)})) if lin is not None and vec_var else None
-            plan = (off, lin, base)
-            self._load_plans[(e, vec_var)] = plan
-        off, lin, base = plan
-        if not self._depends(ctx, off):
-            v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, off)), typ=mem)
+        acc = self._load_accesses.get((e, vec_var))
+        if acc is None:
+            acc = load_access(flat_offset(e.buffer, e.indices, ctx.ranges), vec_var)
+            self._load_accesses[(e, vec_var)] = acc
+        if ctx.mask is not None:
+            acc = masked_load(acc)
+        if acc.kind in ("scalar", "broadcast"):
+            v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, acc.offset)), typ=mem)
             return b.trunc(v, I1) if e.buffer.dtype == "bool" else v
         assert ctx.vec is not None  # the offset depends on the vector variable
         var, lanes = ctx.vec
-        if (
-            lin is not None
-            and lin[0].get(var) == 1
-            and not any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
-        ):
-            assert base is not None
+        if acc.kind == "contiguous":
+            assert acc.base is not None
             with ctx.scalar():
-                p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, lanes))
+                p = self._ptr(ctx, e.buffer, self._expr(ctx, acc.base), ir.VectorType(mem, lanes))
             vt = ir.VectorType(mem, lanes)
             if ctx.mask is not None:
                 fn = self._masked("load", vt)
@@ -251,18 +237,13 @@ class KernelEmitter:
             else:
                 v = b.load(p, typ=vt, align=4)
             return b.trunc(v, ir.VectorType(I1, lanes)) if e.buffer.dtype == "bool" else v
-        if (
-            ctx.mask is None
-            and lin is not None
-            and lin[0].get(var, 0) in (2, 3, 4)
-            and not any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
-        ):
-            # strided: load the covering span as one (odd-sized) vector, keep every c-th lane
-            c = lin[0][var]
-            assert base is not None
+        if acc.kind == "strided":
+            # load the covering span as one (odd-sized) vector, keep every c-th lane
+            assert acc.base is not None and acc.stride is not None
+            c = acc.stride
             span = (lanes - 1) * c + 1
             with ctx.scalar():
-                p = self._ptr(ctx, e.buffer, self._expr(ctx, base), ir.VectorType(mem, span))
+                p = self._ptr(ctx, e.buffer, self._expr(ctx, acc.base), ir.VectorType(mem, span))
             wide = b.load(p, typ=ir.VectorType(mem, span), align=4)
             v = b.shuffle_vector(
                 wide,
@@ -270,13 +251,13 @@ class KernelEmitter:
                 ir.Constant(ir.VectorType(I32, lanes), [k * c for k in range(lanes)]),
             )
             return b.trunc(v, ir.VectorType(I1, lanes)) if e.buffer.dtype == "bool" else v
-        # general: one scalar load per lane
+        # gather: one scalar load per lane
         out = ir.Constant(ir.VectorType(reg_type(e.buffer.dtype), lanes), ir.Undefined)
         with ctx.scalar():
             for lane in range(lanes):
-                lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
-                if ctx.mask is not None:  # inactive lanes may point anywhere: clamp them into the buffer
-                    lo = BinOp("min", BinOp("max", lo, IntImm(0)), IntImm(e.buffer.size - 1))
+                lo = lane_offset(acc.offset, var, lane, ctx.ranges)
+                if ctx.mask is not None:
+                    lo = clamp_into(lo, e.buffer)
                 v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, lo)), typ=mem)
                 if e.buffer.dtype == "bool":
                     v = b.trunc(v, I1)
@@ -331,34 +312,24 @@ class KernelEmitter:
         inside its clamps (lanes outside the clamps are never touched). Vectors where a selected
         lane is clamped take the lane-by-lane path. A lane stride of 2-4 (a copy dealt into phases)
         loads the covering span under a spread mask and keeps every stride-th lane. None: not this
-        pattern."""
-        e = sel.t
-        if ctx.vec is None or not isinstance(e, Load) or not isinstance(sel.f, (FloatImm, IntImm)):
-            return None
-        if e.buffer not in ctx.bufs or e.buffer.dtype not in ("float32", "float64", "int32", "int64"):
+        pattern (access.padded_load decides which selects are) or lanes it cannot vectorize."""
+        if ctx.vec is None:
             return None
         var, lanes = ctx.vec
-        off = self._flat_offset(e.buffer, e.indices, ctx.ranges)
-        clamps: list[tuple[Expr, int | None, int | None]] = []
-        inside = _strip_clamps(off, var, clamps)
-        lin = affine_coeffs(inside) if clamps else None
-        if (
-            lin is None
-            or lin[0].get(var) not in (1, 2, 3, 4)
-            or any(var in (x for x in walk_expr(a)) for a in lin[0] if a is not var)
-        ):
+        pad = padded_load(sel, var, ctx.ranges)
+        if isinstance(pad, NotPadded) or pad.load.buffer not in ctx.bufs:
             return None
-        stride = lin[0][var]
+        e, stride = pad.load, pad.stride
         b = ctx.builder
-        c = self._expr(ctx, sel.cond)
+        c = self._expr(ctx, pad.cond)
         if not isinstance(c.type, ir.VectorType):
             return None
         inside_lanes: ir.Value = ir.Constant(c.type, [1] * lanes)
-        for x, lo, hi in clamps:
-            xv = self._expr(ctx, x)
+        for clamp in pad.clamps:
+            xv = self._expr(ctx, clamp.value)
             if not isinstance(xv.type, ir.VectorType):
                 return None
-            for op, bound in ((">=", lo), ("<=", hi)):
+            for op, bound in ((">=", clamp.lo), ("<=", clamp.hi)):
                 if bound is not None:
                     ok = b.icmp_signed(op, xv, ir.Constant(xv.type, [bound] * lanes))
                     inside_lanes = b.and_(inside_lanes, ok)
@@ -368,14 +339,14 @@ class KernelEmitter:
             "!=", b.bitcast(clamped, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0)
         )
         vt = ir.VectorType(_MEM_TYPES[e.buffer.dtype], lanes)
-        fill = self._splat(b, self._expr(ctx, sel.f), lanes)
+        fill = self._splat(b, self._expr(ctx, pad.fill), lanes)
         with b.if_else(any_clamped) as (slow, fast):
             with slow:
                 slow_value = b.select(c, self._load(ctx, e), fill)
                 slow_block = b.block
             with fast:
                 with ctx.scalar():
-                    base = self._expr(ctx, simplify(substitute(inside, {var: IntImm(0)}), ctx.ranges))
+                    base = self._expr(ctx, pad.base)
                 ptr = ctx.bufs[e.buffer]
                 mem = _MEM_TYPES[e.buffer.dtype]
                 if ptr.type != mem.as_pointer():
@@ -397,7 +368,7 @@ class KernelEmitter:
                     wide_t = ir.VectorType(mem, span)
                     wide = b.call(
                         self._masked("load", wide_t),
-                        [p, ir.Constant(I32, 4), spread, self._splat(b, self._expr(ctx, sel.f), span)],
+                        [p, ir.Constant(I32, 4), spread, self._splat(b, self._expr(ctx, pad.fill), span)],
                     )
                     fast_value = b.shuffle_vector(
                         wide,
@@ -542,7 +513,7 @@ class KernelEmitter:
     def _store(self, ctx: _Ctx, s: Store) -> None:
         b = ctx.builder
         val = self._accumulate(ctx, s) or self._expr(ctx, s.value)
-        off = self._flat_offset(s.buffer, s.indices, ctx.ranges)
+        off = flat_offset(s.buffer, s.indices, ctx.ranges)
         if s.buffer.dtype == "bool":
             val = b.zext(
                 val, ir.VectorType(I8, val.type.count) if isinstance(val.type, ir.VectorType) else I8
@@ -553,24 +524,24 @@ class KernelEmitter:
         var, lanes = ctx.vec
         if not isinstance(val.type, ir.VectorType):
             val = self._splat(b, val, lanes)
+        acc = store_access(off, var, ctx.ranges, masked=ctx.mask is not None)
         if ctx.mask is not None:
-            self._masked_store(ctx, s.buffer, off, val)
+            self._masked_store(ctx, s.buffer, acc, val)
             return
-        if not self._depends(ctx, off):
+        if acc.kind == "broadcast":
             # every lane writes the same element: the last lane wins (as in the serial loop)
             last = b.extract_element(val, ir.Constant(I32, lanes - 1))
             with ctx.scalar():
                 b.store(last, self._ptr(ctx, s.buffer, self._expr(ctx, off)))
             return
-        lin = affine_coeffs(off)
         with ctx.scalar():
-            if lin is not None and lin[0].get(var) == 1:
-                base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
-                st = b.store(val, self._ptr(ctx, s.buffer, self._expr(ctx, base), val.type))
+            if acc.kind == "contiguous":
+                assert acc.base is not None
+                st = b.store(val, self._ptr(ctx, s.buffer, self._expr(ctx, acc.base), val.type))
                 st.align = 4
             else:
                 for lane in range(lanes):
-                    lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+                    lo = lane_offset(off, var, lane, ctx.ranges)
                     b.store(
                         b.extract_element(val, ir.Constant(I32, lane)),
                         self._ptr(ctx, s.buffer, self._expr(ctx, lo)),
@@ -610,21 +581,20 @@ class KernelEmitter:
                 fn = ir.Function(self.module, ir.FunctionType(VOID, [vt, PTR, I32, mask_t]), name)
         return fn
 
-    def _masked_store(self, ctx: _Ctx, buf: Buffer, off: Expr, val: ir.Value) -> None:
+    def _masked_store(self, ctx: _Ctx, buf: Buffer, acc: Access, val: ir.Value) -> None:
         b = ctx.builder
         assert ctx.vec is not None  # only vector stores are masked
         var, lanes = ctx.vec
         mask = ctx.mask
-        lin = affine_coeffs(off)
         with ctx.scalar(unmasked=True):
-            if lin is not None and lin[0].get(var) == 1:
-                base = simplify(substitute(off, {var: IntImm(0)}), ctx.ranges)
-                p = self._ptr(ctx, buf, self._expr(ctx, base), val.type)
+            if acc.kind == "contiguous":
+                assert acc.base is not None
+                p = self._ptr(ctx, buf, self._expr(ctx, acc.base), val.type)
                 b.call(self._masked("store", val.type), [val, b.bitcast(p, PTR), ir.Constant(I32, 4), mask])
             else:
                 for lane in range(lanes):
                     with b.if_then(b.extract_element(mask, ir.Constant(I32, lane))):
-                        lo = simplify(substitute(off, {var: IntImm(lane)}), ctx.ranges)
+                        lo = lane_offset(acc.offset, var, lane, ctx.ranges)
                         b.store(
                             b.extract_element(val, ir.Constant(I32, lane)),
                             self._ptr(ctx, buf, self._expr(ctx, lo)),
@@ -804,29 +774,3 @@ def emit_alias(module: ir.Module, symbol: str, of: str) -> ir.Function:
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     b.ret(b.call(target, [fn.args[0]]))
     return fn
-
-
-def _strip_clamps(e: Expr, var: Var, clamps: list[tuple[Expr, int | None, int | None]]) -> Expr:
-    """`e` without its clamps `min(max(x, lo), hi)` of an `x` that depends on `var` (the vector
-    lane), or their halves `max(x, lo)` / `min(x, hi)` where the simplifier proved the other bound
-    holds; each removed clamp is appended to `clamps` as (x, lo, hi), None for a missing bound."""
-    if isinstance(e, BinOp):
-        if (
-            e.op == "min"
-            and isinstance(e.b, IntImm)
-            and isinstance(e.a, BinOp)
-            and e.a.op == "max"
-            and isinstance(e.a.b, IntImm)
-            and any(x is var for x in walk_expr(e.a.a))
-        ):
-            inner = _strip_clamps(e.a.a, var, clamps)
-            clamps.append((inner, int(e.a.b.value), int(e.b.value)))
-            return inner
-        if e.op in ("min", "max") and isinstance(e.b, IntImm) and any(x is var for x in walk_expr(e.a)):
-            inner = _strip_clamps(e.a, var, clamps)
-            bound = int(e.b.value)
-            clamps.append((inner, bound, None) if e.op == "max" else (inner, None, bound))
-            return inner
-        a, b = _strip_clamps(e.a, var, clamps), _strip_clamps(e.b, var, clamps)
-        return e if a is e.a and b is e.b else BinOp(e.op, a, b)
-    return e
