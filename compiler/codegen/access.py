@@ -109,12 +109,6 @@ def clamp_into(offset: Expr, buf: Buffer) -> Expr:
     return BinOp("min", BinOp("max", offset, IntImm(0)), IntImm(buf.size - 1))
 
 
-def lane_coefficient(offset: Expr, var: Var) -> int | None:
-    """The coefficient of `var` in the affine form of `offset` (None: not affine, or no such term)."""
-    lin = affine_coeffs(offset)
-    return None if lin is None else lin[0].get(var)
-
-
 def lane_stride(offset: Expr, var: Var) -> int | None:
     """The distance between neighbouring lanes' elements when `offset` is affine and `var` appears
     in no other term of it (a term like `(var + o) // 2` makes the distance vary); None otherwise."""
@@ -151,17 +145,14 @@ def store_access(offset: Expr, var: Var | None, ranges: Ranges, *, masked: bool)
 
     Stores are contiguous or one element per lane (there is no strided store). When every lane
     writes the same element, the last lane's value is stored (the serial loop's result); in a
-    predicated loop the last lane may be switched off, so such a store goes lane by lane.
-
-    The contiguous test looks at the lane variable's own coefficient only, unlike a load's, so
-    `v + (v + o) // 4` would pass though its lanes are not consecutive. That is how the emitter
-    has always decided stores (every contiguous store of the op test suite's kernels also passes
-    `lane_stride`); tightening the test is a change of generated code, left to its own commit."""
+    predicated loop the last lane may be switched off, so such a store goes lane by lane. A store
+    is contiguous only when neighbouring lanes write neighbouring elements (`lane_stride` 1): an
+    offset like `v + (v + o) // 4` has lane coefficient 1 but skips elements, so it goes per lane."""
     if var is None:
         return Access("scalar", offset, None, 0)
     if not depends_on(offset, var):
         return Access("gather", offset, var) if masked else Access("broadcast", offset, var, 0)
-    if lane_coefficient(offset, var) == 1:
+    if lane_stride(offset, var) == 1:
         return Access("contiguous", offset, var, 1, lane_offset(offset, var, 0, ranges))
     return Access("gather", offset, var)
 

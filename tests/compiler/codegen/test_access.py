@@ -202,7 +202,6 @@ def test_a_store_base_is_simplified_with_the_loop_ranges() -> None:
     assert acc.base is o
 
 
-@pytest.mark.xfail(strict=True, reason="stores test the lane's own coefficient only (kept as emitted)")
 def test_a_store_whose_other_terms_involve_the_lane_is_not_contiguous() -> None:
     o, v = Var("o"), Var("v")
     off = BinOp("+", v, BinOp("//", BinOp("+", v, o), _c(4)))
