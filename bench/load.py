@@ -130,9 +130,9 @@ class LocalServer:
         code = (
             "import sys\n"
             "from service.config import get_settings\n"
-            "from storage import SqlDatabase, service_repo as repo\n"
+            "from storage import SqlDatabase, repos as repo\n"
             "with SqlDatabase(get_settings().database_url) as db, db.write_session() as s:\n"
-            f"    print(' '.join(repo.create_api_key(s, f'load-{{i}}')[0] for i in range({n})))\n"
+            f"    print(' '.join(repo.create_api_key(s, tenant_name=f'load-{{i}}')[0] for i in range({n})))\n"
         )
         out = subprocess.run(
             [sys.executable, "-c", code], cwd=REPO, env=self.env, capture_output=True, text=True

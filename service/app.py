@@ -29,7 +29,7 @@ from service.errors import install_error_handlers
 from service.limits import MULTIPART_SLACK, BodyLimitMiddleware
 from service.metrics import JobCollector, Metrics, MetricsMiddleware
 from service.routes import ROUTERS
-from storage import service_repo as repo
+from storage import repos as repo
 from storage.blobs import BlobStore
 from storage.models import TuningRecordRow
 from storage.records import SqlDatabase

@@ -11,10 +11,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from service.config import Settings
 from service.errors import ForbiddenError, UnauthorizedError
 from service.metrics import Metrics
-from storage import service_repo as repo
+from storage import repos as repo
 from storage.blobs import BlobStore
 from storage.records import SqlDatabase
-from storage.service_repo import Principal
+from storage.repos import Principal
 
 _MAX_KEY = 512
 

@@ -33,7 +33,7 @@ from compiler.errors import (
 from service.sandbox import SandboxError
 from storage.blobs import BlobTooLargeError
 from storage.errors import DatabaseUnavailableError, RecordFileError, StorageError
-from storage.service_repo import UnknownModelError
+from storage.repos import UnknownModelError
 
 log = logging.getLogger("temper.service")
 

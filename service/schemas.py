@@ -2,7 +2,7 @@
 
 Requests forbid unknown fields, so a typo (`trails`) is a 422 naming it instead of a silent default,
 and are strict: `"64"` or `true` is not an integer.
-Responses are built from storage.service_repo's plain dataclasses, never from ORM rows.
+Responses are built from storage.repos' plain dataclasses, never from ORM rows.
 """
 
 from __future__ import annotations

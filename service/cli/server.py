@@ -36,13 +36,13 @@ def keys_create_command(
     """Create an API key for a tenant; the key is printed once, as the last word (only its hash is kept)."""
     with user_errors(), storage_errors():
         from storage import SqlDatabase
-        from storage import service_repo as repo
+        from storage import repos as repo
         from storage.session import display_url
 
         url = _db_url(db)
         try:
             with SqlDatabase(url) as database, database.write_session() as session:
-                key, info = repo.create_api_key(session, tenant, is_admin=admin)
+                key, info = repo.create_api_key(session, tenant_name=tenant, is_admin=admin)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="'--tenant'") from None
     # which database: a server started with another data directory or URL does not know the key
@@ -66,7 +66,7 @@ def keys_list_command(
     """List API keys (their prefixes: the keys themselves are not stored)."""
     with user_errors(), storage_errors():
         from storage import SqlDatabase
-        from storage import service_repo as repo
+        from storage import repos as repo
 
         with SqlDatabase(_db_url(db)) as database, database.read_session() as session:
             keys = repo.list_api_keys(session, tenant)
@@ -94,10 +94,10 @@ def keys_revoke_command(
     """Revoke an API key: requests with it are refused from now on."""
     with user_errors(), storage_errors():
         from storage import SqlDatabase
-        from storage import service_repo as repo
+        from storage import repos as repo
 
         with SqlDatabase(_db_url(db)) as database, database.write_session() as session:
-            info = repo.revoke_api_key(session, key_id)
+            info = repo.revoke_api_key(session, key_id=key_id)
     if info is None:
         raise fail(f"no API key {key_id}")
     typer.echo(f"revoked key {info.id} ({info.prefix}…) of tenant {info.tenant_name!r}")

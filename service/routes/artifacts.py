@@ -10,8 +10,8 @@ from fastapi.responses import FileResponse
 from service.deps import PrincipalDep, ServicesDep
 from service.errors import NotFoundError
 from service.routes.common import errors, is_id
-from storage import service_repo as repo
-from storage.service_repo import ArtifactInfo, Principal
+from storage import repos as repo
+from storage.repos import ArtifactInfo, Principal
 
 router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"], responses=errors(401, 404, 422))
 

@@ -14,8 +14,8 @@ from service.deps import PrincipalDep, Services
 from service.errors import InvalidInputError, NotFoundError, UnsupportedMediaTypeError
 from service.sandbox import run_limited
 from service.schemas import CompilationOut, ErrorOut, ModelOut, ProgressOut, TuningJobOut
-from storage import service_repo as repo
-from storage.service_repo import JobInfo, JobKind, ModelInfo, Principal
+from storage import repos as repo
+from storage.repos import JobInfo, JobKind, ModelInfo, Principal
 from tuner.task import extract_tasks
 
 _ID = re.compile(r"[0-9a-f]{32}")

@@ -27,8 +27,8 @@ from service.errors import (
 from service.routes.common import errors, is_id, model_or_404, model_out, sandboxed
 from service.schemas import ModelOut, Name, Shapes, Stage, Target
 from service.summary import explain_json, stage_text, summarize
-from storage import service_repo as repo
-from storage.service_repo import ModelInfo
+from storage import repos as repo
+from storage.repos import ModelInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=errors(401, 404, 422))
 
@@ -119,7 +119,13 @@ def upload_model(
     key = services.blobs.put_bytes(data)
     with services.db.write_session() as session:
         info = repo.create_model(
-            session, principal.tenant_id, label, hashlib.sha256(data).hexdigest(), len(data), key, summary
+            session,
+            tenant_id=principal.tenant_id,
+            name=label,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            blob_key=key,
+            summary=summary,
         )
     return model_out(info)
 
@@ -140,7 +146,7 @@ def delete_model(model_id: str, principal: PrincipalDep, services: ServicesDep) 
     deleted = False
     if is_id(model_id):
         with services.db.write_session() as session:
-            deleted = repo.delete_model(session, principal.tenant_id, model_id)
+            deleted = repo.delete_model(session, tenant_id=principal.tenant_id, id=model_id)
     if not deleted:
         raise NotFoundError.of("model", model_id)
     return Response(status_code=204)

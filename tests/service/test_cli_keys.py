@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from service.cli import app
 from storage import SqlDatabase
-from storage import service_repo as repo
+from storage import repos as repo
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ from compiler.target import parse_target
 from service.config import get_settings
 from service.executors import DaskExecutors, ExecutorError, resource_name
 from service.worker import Worker
-from storage import service_repo as repo
+from storage import repos as repo
 from tests.models.builders import mlp
 from tuner.measure import LocalBuilder, LocalRunner, MeasureInput, measure
 from tuner.space import default_trace
@@ -147,9 +147,13 @@ def test_a_tuning_job_measures_on_the_cluster(cluster: str, tmp_path: Path) -> N
         data = MODEL.SerializeToString()
         key = worker.blobs.put_bytes(data)
         with worker.db.write_session() as s:
-            tenant = repo.get_or_create_tenant(s, "acme")
-            model = repo.create_model(s, tenant.id, "mlp", key, len(data), key, {})
-            job = repo.create_job(s, "tune", tenant.id, model.id, {"trials": 4, "batch": 2})
+            tenant = repo.get_or_create_tenant(s, name="acme")
+            model = repo.create_model(
+                s, tenant_id=tenant.id, name="mlp", sha256=key, size=len(data), blob_key=key, summary={}
+            )
+            job = repo.create_job(
+                s, kind="tune", tenant_id=tenant.id, model_id=model.id, params={"trials": 4, "batch": 2}
+            )
         assert worker.run_one()
         with worker.db.read_session() as s:
             done = repo.get_job(s, "tune", tenant.id, job.id)

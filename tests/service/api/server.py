@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 
 from service.config import Settings, get_settings
 from storage import SqlDatabase
-from storage import service_repo as repo
+from storage import repos as repo
 from storage.models import ArtifactRow, CompilationRow, ModelRow, TuningJobRow
 
 REPO = Path(__file__).resolve().parents[3]
@@ -119,7 +119,7 @@ class LiveServer:
 
     def create_key(self, tenant: str, *, admin: bool = False) -> str:
         with self.database() as db, db.write_session() as s:
-            key, _ = repo.create_api_key(s, tenant, is_admin=admin)
+            key, _ = repo.create_api_key(s, tenant_name=tenant, is_admin=admin)
         return key
 
     def row_counts(self) -> dict[str, int]:

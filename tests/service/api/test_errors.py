@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from storage import service_repo as repo
+from storage import repos as repo
 from tests.models.builders import mlp
 from tests.service.api.conftest import UPLOAD_LIMIT
 from tests.service.api.server import LiveServer
@@ -170,7 +170,7 @@ def test_a_revoked_key_is_refused(http: httpx.Client, idle_server: LiveServer) -
     assert http.get("/v1/models", headers=auth(key)).status_code == 200
     with idle_server.database() as db, db.write_session() as s:
         (info,) = repo.list_api_keys(s, "carol")
-        repo.revoke_api_key(s, info.id)
+        repo.revoke_api_key(s, key_id=info.id)
     assert_error(http.get("/v1/models", headers=auth(key)), 401, "unauthorized", "invalid or revoked")
 
 
@@ -222,7 +222,13 @@ def test_other_tenants_ids_are_404(
         tenant = repo.get_tenant(s, "alice")
         assert tenant is not None
         artifact = repo.create_artifact(
-            s, tenant.id, comp_id, blob, len(artifact_bytes), blob, {"kernels": []}
+            s,
+            tenant_id=tenant.id,
+            compilation_id=comp_id,
+            sha256=blob,
+            size=len(artifact_bytes),
+            blob_key=blob,
+            manifest={"kernels": []},
         )
 
     with nothing_stored(idle_server):

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from storage import service_repo as repo
+from storage import repos as repo
 from tests.service.api.server import REPO, LiveServer
 from tests.service.api.test_errors import assert_error, auth, nothing_stored, upload
 
@@ -90,7 +90,7 @@ def test_no_model_reads_the_servers_files_and_the_database_survives(
     # the database still works as a database: a revoked key stays revoked, writes persist
     with server.database() as db, db.write_session() as s:
         (info,) = repo.list_api_keys(s, "mallory")
-        repo.revoke_api_key(s, info.id)
+        repo.revoke_api_key(s, key_id=info.id)
     for path in ("/v1/models", "/v1/compilations", "/v1/tuning-jobs"):
         assert_error(http.get(path, headers=auth(mallory)), 401, "unauthorized")
     assert upload(http, alice, RELU, name="after").status_code == 201

@@ -14,7 +14,7 @@ from openapi_spec_validator import validate
 
 from compiler.pipeline import CompileOptions, compile_model
 from service.client import Client
-from storage import service_repo as repo
+from storage import repos as repo
 from storage.blobs import BlobStore
 from tests.models.builders import mlp
 from tests.service.api.server import LiveServer
@@ -81,7 +81,13 @@ def _seed(server: LiveServer, key: str, tmp_path: Path) -> dict[str, str]:
         tenant = repo.get_tenant(s, "fuzz")
         assert tenant is not None
         artifact = repo.create_artifact(
-            s, tenant.id, comp.id, hashlib.sha256(data).hexdigest(), len(data), blob, compiled.manifest
+            s,
+            tenant_id=tenant.id,
+            compilation_id=comp.id,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            blob_key=blob,
+            manifest=compiled.manifest,
         )
     return {"model_id": uploaded.id, "compilation_id": comp.id, "job_id": tune.id, "artifact_id": artifact.id}
 

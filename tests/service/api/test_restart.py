@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from service.client import Client
-from storage import service_repo as repo
+from storage import repos as repo
 from tests.models.builders import mlp
 from tests.service.api.server import LiveServer
 

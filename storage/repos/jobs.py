@@ -1,10 +1,4 @@
-"""The service's queries: tenants and API keys, models, jobs and their leases, artifacts.
-
-Plain functions over a SQLAlchemy Session that return frozen dataclasses, never ORM objects, so
-callers (HTTP routes, workers) cannot trip over lazy loading or expired rows. Nothing here commits:
-the caller's session block is the transaction. Functions that write must be given a write session
-(`SqlDatabase.write_session()`): on SQLite its transaction holds the write lock from BEGIN
-(IMMEDIATE), so a read-then-write here never fails half-way because another process wrote first.
+"""Jobs: compilations and tuning jobs, what users ask of them and how workers lease and end them.
 
 Jobs and leases: a worker claims the oldest claimable job (queued, or running with an expired
 lease: its worker died), holds it for `lease_s` seconds and renews the lease with `heartbeat` while
@@ -16,52 +10,29 @@ still owning the job, so a worker that lost its lease can no longer change it.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import secrets
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
 from sqlalchemy import and_, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from storage.errors import StorageError
-from storage.models import (
-    JOB_STATES,
-    ApiKeyRow,
-    ArtifactRow,
-    CompilationRow,
-    ModelRow,
-    TenantRow,
-    TuningJobRow,
-)
-from storage.session import _WRITE_OPTION
+from storage.models import JOB_STATES, CompilationRow, TuningJobRow
+from storage.repos.common import _new_id, _now, _require_write
+from storage.repos.models import _model_row
 
 JobKind = Literal["compile", "tune"]
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 JOB_KINDS: tuple[JobKind, ...] = get_args(JobKind)
 TERMINAL_STATES: tuple[JobState, ...] = ("succeeded", "failed", "cancelled")
 MAX_ATTEMPTS = 5  # claims of one job; a job whose workers keep dying is failed, not retried forever
-KEY_PREFIX = "tk_"
 _TABLES: dict[str, type[CompilationRow] | type[TuningJobRow]] = {
     "compile": CompilationRow,
     "tune": TuningJobRow,
 }
 assert set(JOB_STATES) == set(get_args(JobState))
-
-
-class NotWriteSessionError(StorageError):
-    """A write function was given a read session (use SqlDatabase.write_session())."""
-
-
-class TenantExistsError(StorageError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"tenant {name!r} already exists")
-        self.name = name
 
 
 class UnknownModelError(StorageError, LookupError):
@@ -70,49 +41,6 @@ class UnknownModelError(StorageError, LookupError):
     def __init__(self, model_id: str) -> None:
         super().__init__(f"no model {model_id!r}")
         self.model_id = model_id
-
-
-# --- what callers get back ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    id: int
-    name: str
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKeyInfo:
-    id: int
-    tenant_id: int
-    tenant_name: str
-    prefix: str  # the first characters of the key: enough to recognise it, useless to use it
-    is_admin: bool
-    created_at: datetime
-    revoked_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: the tenant an API key belongs to."""
-
-    tenant_id: int
-    tenant_name: str
-    is_admin: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    id: str
-    tenant_id: int
-    name: str
-    sha256: str
-    size: int
-    blob_key: str
-    summary: dict[str, Any]
-    created_at: datetime
-    deleted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,164 +67,11 @@ class JobInfo:
         return self.state in TERMINAL_STATES
 
 
-@dataclass(frozen=True, slots=True)
-class ArtifactInfo:
-    id: str
-    tenant_id: int
-    compilation_id: str
-    sha256: str
-    size: int
-    blob_key: str
-    manifest: dict[str, Any]
-    created_at: datetime
-
-
-# --- tenants and keys ---------------------------------------------------------------------------
-
-
-def create_tenant(s: Session, name: str) -> Tenant:
-    """A new tenant; TenantExistsError when the name is taken."""
-    _require_write(s)
-    name = _tenant_name(name)
-    if s.scalar(select(TenantRow.id).where(TenantRow.name == name)) is not None:
-        raise TenantExistsError(name)
-    row = TenantRow(name=name, created_at=_now())
-    s.add(row)
-    s.flush()
-    return _tenant(row)
-
-
-def get_or_create_tenant(s: Session, name: str) -> Tenant:
-    """The tenant with this name, created if new (safe when two processes create it at once)."""
-    _require_write(s)
-    name = _tenant_name(name)
-    insert = _insert(s, TenantRow).values(name=name, created_at=_now())
-    s.execute(insert.on_conflict_do_nothing(index_elements=["name"]))
-    row = s.scalars(select(TenantRow).where(TenantRow.name == name)).one()
-    return _tenant(row)
-
-
-def get_tenant(s: Session, name: str) -> Tenant | None:
-    row = s.scalar(select(TenantRow).where(TenantRow.name == name))
-    return None if row is None else _tenant(row)
-
-
-def create_api_key(s: Session, tenant_name: str, is_admin: bool = False) -> tuple[str, ApiKeyInfo]:
-    """A new key for the tenant (created if new): (the key, shown only now; what is stored about it).
-
-    Only the key's sha256 is stored, so a leaked database does not leak usable keys.
-    """
-    tenant = get_or_create_tenant(s, tenant_name)
-    key = KEY_PREFIX + secrets.token_urlsafe(32)
-    row = ApiKeyRow(
-        tenant_id=tenant.id, key_hash=hash_key(key), prefix=key[:8], is_admin=is_admin, created_at=_now()
-    )
-    s.add(row)
-    s.flush()
-    return key, _key_info(row, tenant.name)
-
-
-def authenticate(s: Session, key: str) -> Principal | None:
-    """The tenant a (not revoked) key belongs to; None for an unknown or revoked key."""
-    if not key or len(key) > 512:
-        return None
-    digest = hash_key(key)
-    found = s.execute(
-        select(ApiKeyRow, TenantRow.name)
-        .join(TenantRow, TenantRow.id == ApiKeyRow.tenant_id)
-        .where(ApiKeyRow.key_hash == digest, ApiKeyRow.revoked_at.is_(None))
-    ).first()
-    if found is None:
-        return None
-    row, tenant_name = found
-    if not hmac.compare_digest(row.key_hash, digest):
-        return None
-    return Principal(row.tenant_id, tenant_name, row.is_admin)
-
-
-def list_api_keys(s: Session, tenant_name: str | None = None) -> list[ApiKeyInfo]:
-    """Every key (of one tenant), oldest first, revoked ones included."""
-    stmt = select(ApiKeyRow, TenantRow.name).join(TenantRow, TenantRow.id == ApiKeyRow.tenant_id)
-    if tenant_name is not None:
-        stmt = stmt.where(TenantRow.name == tenant_name)
-    return [_key_info(row, name) for row, name in s.execute(stmt.order_by(ApiKeyRow.id))]
-
-
-def revoke_api_key(s: Session, key_id: int) -> ApiKeyInfo | None:
-    """Revoke a key by id (idempotent); None when there is no such key."""
-    _require_write(s)
-    found = s.execute(
-        select(ApiKeyRow, TenantRow.name)
-        .join(TenantRow, TenantRow.id == ApiKeyRow.tenant_id)
-        .where(ApiKeyRow.id == key_id)
-    ).first()
-    if found is None:
-        return None
-    row, tenant_name = found
-    if row.revoked_at is None:
-        row.revoked_at = _now()
-        s.flush()
-    return _key_info(row, tenant_name)
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-# --- models -------------------------------------------------------------------------------------
-
-
-def create_model(
-    s: Session, tenant_id: int, name: str, sha256: str, size: int, blob_key: str, summary: Mapping[str, Any]
-) -> ModelInfo:
-    _require_write(s)
-    row = ModelRow(
-        id=_new_id(),
-        tenant_id=tenant_id,
-        name=name,
-        sha256=sha256,
-        size=size,
-        blob_key=blob_key,
-        summary=dict(summary),
-        created_at=_now(),
-    )
-    s.add(row)
-    s.flush()
-    return _model(row)
-
-
-def list_models(s: Session, tenant_id: int) -> list[ModelInfo]:
-    """The tenant's models (not deleted), newest first."""
-    stmt = (
-        select(ModelRow)
-        .where(ModelRow.tenant_id == tenant_id, ModelRow.deleted_at.is_(None))
-        .order_by(ModelRow.created_at.desc(), ModelRow.id)
-    )
-    return [_model(row) for row in s.scalars(stmt)]
-
-
-def get_model(s: Session, tenant_id: int, id: str, *, include_deleted: bool = False) -> ModelInfo | None:
-    """The tenant's model; None for an unknown id, another tenant's, or (unless asked) a deleted one."""
-    row = _model_row(s, tenant_id, id, include_deleted)
-    return None if row is None else _model(row)
-
-
-def delete_model(s: Session, tenant_id: int, id: str) -> bool:
-    """Mark the model deleted (its jobs and artifacts stay); False when there was none to delete."""
-    _require_write(s)
-    row = _model_row(s, tenant_id, id, False)
-    if row is None:
-        return False
-    row.deleted_at = _now()
-    s.flush()
-    return True
-
-
-# --- jobs: what users ask for -------------------------------------------------------------------
+# --- what users ask for -------------------------------------------------------------------------
 
 
 def create_job(
-    s: Session, kind: JobKind, tenant_id: int, model_id: str, params: Mapping[str, Any]
+    s: Session, *, kind: JobKind, tenant_id: int, model_id: str, params: Mapping[str, Any]
 ) -> JobInfo:
     """A queued job on one of the tenant's models; UnknownModelError when it has no such model."""
     _require_write(s)
@@ -337,7 +112,7 @@ def list_jobs(
     return [_job(kind, row) for row in s.scalars(stmt)]
 
 
-def request_cancel(s: Session, kind: JobKind, tenant_id: int, id: str) -> JobInfo | None:
+def request_cancel(s: Session, *, kind: JobKind, tenant_id: int, id: str) -> JobInfo | None:
     """Cancel a job: a queued one is cancelled at once, a running one is flagged (its worker stops
     at its next check and marks it cancelled), a finished one is left as it is. None if unknown."""
     _require_write(s)
@@ -365,15 +140,15 @@ def count_jobs_by_state(s: Session) -> dict[tuple[JobKind, JobState], int]:
     return counts
 
 
-# --- jobs: what workers do ----------------------------------------------------------------------
+# --- what workers do ----------------------------------------------------------------------------
 
 
 def claim_job(
     s: Session,
+    *,
     worker_id: str,
     lease_s: float,
     kinds: Sequence[JobKind] = JOB_KINDS,
-    *,
     now: datetime | None = None,
 ) -> JobInfo | None:
     """Take the oldest claimable job of `kinds` for `worker_id`, leased for `lease_s` seconds.
@@ -384,7 +159,7 @@ def claim_job(
     """
     _require_write(s)
     now = now or _now()
-    _settle_abandoned(s, kinds, now)
+    _settle_abandoned(s, kinds=kinds, now=now)
     best: tuple[JobKind, CompilationRow | TuningJobRow] | None = None
     for kind in kinds:
         table = _table(kind)
@@ -418,7 +193,7 @@ def claim_job(
 
 
 def heartbeat(
-    s: Session, kind: JobKind, id: str, worker_id: str, lease_s: float, *, now: datetime | None = None
+    s: Session, *, kind: JobKind, id: str, worker_id: str, lease_s: float, now: datetime | None = None
 ) -> bool:
     """Renew the worker's lease on a running job. False when the worker should stop: the job was
     taken over by another worker (or finished), or its cancel was requested."""
@@ -436,7 +211,7 @@ def heartbeat(
 
 
 def update_progress(
-    s: Session, id: str, progress: Mapping[str, Any], *, worker_id: str | None = None
+    s: Session, *, id: str, progress: Mapping[str, Any], worker_id: str | None = None
 ) -> bool:
     """Store a tuning job's latest progress (JSON); with `worker_id`, only while that worker owns it."""
     _require_write(s)
@@ -451,6 +226,7 @@ def update_progress(
 
 def finish_job(
     s: Session,
+    *,
     kind: JobKind,
     id: str,
     worker_id: str,
@@ -479,7 +255,7 @@ def finish_job(
     return s.execute(stmt).first() is not None
 
 
-def release_job(s: Session, kind: JobKind, id: str, worker_id: str) -> bool:
+def release_job(s: Session, *, kind: JobKind, id: str, worker_id: str) -> bool:
     """Give a running job back to the queue (a worker shutting down cleanly) so another worker
     takes it at once instead of after the lease; a job asked to cancel becomes cancelled instead."""
     _require_write(s)
@@ -509,7 +285,7 @@ def get_job_for_worker(s: Session, kind: JobKind, id: str) -> JobInfo | None:
     return None if row is None else _job(kind, row)
 
 
-def _settle_abandoned(s: Session, kinds: Iterable[JobKind], now: datetime) -> None:
+def _settle_abandoned(s: Session, *, kinds: Iterable[JobKind], now: datetime) -> None:
     for kind in kinds:
         table = _table(kind)
         expired = (table.state == "running", table.lease_expires_at < now)
@@ -530,49 +306,7 @@ def _settle_abandoned(s: Session, kinds: Iterable[JobKind], now: datetime) -> No
         )
 
 
-# --- artifacts ----------------------------------------------------------------------------------
-
-
-def create_artifact(
-    s: Session,
-    tenant_id: int,
-    compilation_id: str,
-    sha256: str,
-    size: int,
-    blob_key: str,
-    manifest: Mapping[str, Any],
-) -> ArtifactInfo:
-    _require_write(s)
-    row = ArtifactRow(
-        id=_new_id(),
-        tenant_id=tenant_id,
-        compilation_id=compilation_id,
-        sha256=sha256,
-        size=size,
-        blob_key=blob_key,
-        manifest=dict(manifest),
-        created_at=_now(),
-    )
-    s.add(row)
-    s.flush()
-    return _artifact(row)
-
-
-def get_artifact(s: Session, tenant_id: int, id: str) -> ArtifactInfo | None:
-    """The tenant's artifact; None for an unknown id or another tenant's."""
-    row = s.scalar(select(ArtifactRow).where(ArtifactRow.id == id, ArtifactRow.tenant_id == tenant_id))
-    return None if row is None else _artifact(row)
-
-
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _new_id() -> str:
-    return uuid.uuid4().hex
 
 
 def _table(kind: str) -> type[CompilationRow] | type[TuningJobRow]:
@@ -580,62 +314,6 @@ def _table(kind: str) -> type[CompilationRow] | type[TuningJobRow]:
         return _TABLES[kind]
     except KeyError:
         raise ValueError(f"job kind must be one of {', '.join(JOB_KINDS)}, not {kind!r}") from None
-
-
-def _tenant_name(name: str) -> str:
-    name = name.strip()
-    if not name or len(name) > 255:
-        raise ValueError("a tenant name must have 1 to 255 characters")
-    return name
-
-
-def _require_write(s: Session) -> None:
-    bind = s.get_bind()
-    if bind.dialect.name == "sqlite" and not bind.get_execution_options().get(_WRITE_OPTION):
-        raise NotWriteSessionError(
-            "this write needs a write session (SqlDatabase.write_session()): on SQLite a read "
-            "transaction that starts writing can fail when another process wrote meanwhile"
-        )
-
-
-def _insert(s: Session, table: type[TenantRow]) -> Any:
-    dialect = s.get_bind().dialect.name
-    if dialect == "postgresql":
-        return postgresql.insert(table)
-    if dialect == "sqlite":
-        return sqlite.insert(table)
-    raise StorageError(f"unsupported database {dialect!r} (temper uses SQLite or PostgreSQL)")
-
-
-def _model_row(s: Session, tenant_id: int, id: str, include_deleted: bool) -> ModelRow | None:
-    stmt = select(ModelRow).where(ModelRow.id == id, ModelRow.tenant_id == tenant_id)
-    if not include_deleted:
-        stmt = stmt.where(ModelRow.deleted_at.is_(None))
-    return s.scalar(stmt)
-
-
-def _tenant(row: TenantRow) -> Tenant:
-    return Tenant(row.id, row.name, row.created_at)
-
-
-def _key_info(row: ApiKeyRow, tenant_name: str) -> ApiKeyInfo:
-    return ApiKeyInfo(
-        row.id, row.tenant_id, tenant_name, row.prefix, row.is_admin, row.created_at, row.revoked_at
-    )
-
-
-def _model(row: ModelRow) -> ModelInfo:
-    return ModelInfo(
-        row.id,
-        row.tenant_id,
-        row.name,
-        row.sha256,
-        row.size,
-        row.blob_key,
-        dict(row.summary),
-        row.created_at,
-        row.deleted_at,
-    )
 
 
 def _job(kind: JobKind, row: CompilationRow | TuningJobRow) -> JobInfo:
@@ -656,17 +334,4 @@ def _job(kind: JobKind, row: CompilationRow | TuningJobRow) -> JobInfo:
         cancel_requested=row.cancel_requested,
         worker_id=row.worker_id,
         lease_expires_at=row.lease_expires_at,
-    )
-
-
-def _artifact(row: ArtifactRow) -> ArtifactInfo:
-    return ArtifactInfo(
-        row.id,
-        row.tenant_id,
-        row.compilation_id,
-        row.sha256,
-        row.size,
-        row.blob_key,
-        dict(row.manifest),
-        row.created_at,
     )

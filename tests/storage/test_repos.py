@@ -1,5 +1,5 @@
-"""The service's repository on SQLite and PostgreSQL: keys, tenant isolation, the job lifecycle and
-leases, and claiming from many connections at once (each job claimed by exactly one worker)."""
+"""The service's repositories (storage.repos) on SQLite and PostgreSQL: keys, tenant isolation, the job
+lifecycle and leases, and claiming from many connections at once (each job claimed by exactly one worker)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from storage import SqlDatabase
-from storage import service_repo as repo
+from storage import repos as repo
 from storage.models import ApiKeyRow
 
 T0 = datetime(2100, 5, 1, 12, 0, tzinfo=UTC)  # "now" for leases: later than the real clock
@@ -20,19 +20,27 @@ SHA = "ab" * 32
 
 def _tenant_and_model(db: SqlDatabase, name: str = "acme") -> tuple[int, str]:
     with db.write_session() as s:
-        tenant = repo.get_or_create_tenant(s, name)
-        model = repo.create_model(s, tenant.id, "mlp.onnx", SHA, 1234, SHA, {"inputs": []})
+        tenant = repo.get_or_create_tenant(s, name=name)
+        model = repo.create_model(
+            s,
+            tenant_id=tenant.id,
+            name="mlp.onnx",
+            sha256=SHA,
+            size=1234,
+            blob_key=SHA,
+            summary={"inputs": []},
+        )
     return tenant.id, model.id
 
 
 def _job(db: SqlDatabase, kind: repo.JobKind, tenant_id: int, model_id: str, **params: Any) -> repo.JobInfo:
     with db.write_session() as s:
-        return repo.create_job(s, kind, tenant_id, model_id, params)
+        return repo.create_job(s, kind=kind, tenant_id=tenant_id, model_id=model_id, params=params)
 
 
 def _claim(db: SqlDatabase, worker: str, lease_s: float = 30, **kw: Any) -> repo.JobInfo | None:
     with db.write_session() as s:
-        return repo.claim_job(s, worker, lease_s, **kw)
+        return repo.claim_job(s, worker_id=worker, lease_s=lease_s, **kw)
 
 
 # --- tenants and keys ---------------------------------------------------------------------------
@@ -40,8 +48,8 @@ def _claim(db: SqlDatabase, worker: str, lease_s: float = 30, **kw: Any) -> repo
 
 def test_api_keys_are_stored_hashed_and_authenticate(db: SqlDatabase) -> None:
     with db.write_session() as s:
-        key, info = repo.create_api_key(s, "acme")
-        admin_key, admin = repo.create_api_key(s, "acme", is_admin=True)
+        key, info = repo.create_api_key(s, tenant_name="acme")
+        admin_key, admin = repo.create_api_key(s, tenant_name="acme", is_admin=True)
     assert key.startswith(repo.KEY_PREFIX) and len(key) >= 40 and key != admin_key
     assert info.prefix == key[:8] and info.tenant_name == "acme" and not info.is_admin
     assert admin.is_admin and admin.tenant_id == info.tenant_id
@@ -53,9 +61,9 @@ def test_api_keys_are_stored_hashed_and_authenticate(db: SqlDatabase) -> None:
         for bad in ("", key + "x", key[:-1], "x" * 5000):
             assert repo.authenticate(s, bad) is None
     with db.write_session() as s:
-        revoked = repo.revoke_api_key(s, info.id)
+        revoked = repo.revoke_api_key(s, key_id=info.id)
         assert revoked is not None and revoked.revoked_at is not None
-        assert repo.revoke_api_key(s, 10_000) is None
+        assert repo.revoke_api_key(s, key_id=10_000) is None
     with db.read_session() as s:
         assert repo.authenticate(s, key) is None
         assert repo.authenticate(s, admin_key) is not None
@@ -65,13 +73,13 @@ def test_api_keys_are_stored_hashed_and_authenticate(db: SqlDatabase) -> None:
 
 def test_tenants(db: SqlDatabase) -> None:
     with db.write_session() as s:
-        first = repo.create_tenant(s, "acme")
-        assert repo.get_or_create_tenant(s, " acme ") == first
+        first = repo.create_tenant(s, name="acme")
+        assert repo.get_or_create_tenant(s, name=" acme ") == first
         with pytest.raises(repo.TenantExistsError, match="acme"):
-            repo.create_tenant(s, "acme")
+            repo.create_tenant(s, name="acme")
         with pytest.raises(ValueError, match="tenant name"):
-            repo.get_or_create_tenant(s, "  ")
-        other = repo.get_or_create_tenant(s, "globex")
+            repo.get_or_create_tenant(s, name="  ")
+        other = repo.get_or_create_tenant(s, name="globex")
     assert other.id != first.id
     with db.read_session() as s:
         assert repo.get_tenant(s, "acme") == first and repo.get_tenant(s, "nobody") is None
@@ -80,9 +88,9 @@ def test_tenants(db: SqlDatabase) -> None:
 def test_writes_need_a_write_session_on_sqlite(sqlite_url: str) -> None:
     with SqlDatabase(sqlite_url) as db, db.read_session() as s:
         with pytest.raises(repo.NotWriteSessionError, match="write_session"):
-            repo.claim_job(s, "w", 30)
+            repo.claim_job(s, worker_id="w", lease_s=30)
         with pytest.raises(repo.NotWriteSessionError):
-            repo.create_api_key(s, "acme")
+            repo.create_api_key(s, tenant_name="acme")
 
 
 # --- models and artifacts -----------------------------------------------------------------------
@@ -99,13 +107,13 @@ def test_models_are_per_tenant_and_soft_deleted(db: SqlDatabase) -> None:
         assert repo.get_model(s, globex, model) is None  # another tenant's id
         assert repo.get_model(s, acme, "nope") is None
     with db.write_session() as s:
-        assert repo.delete_model(s, globex, model) is False
-        assert repo.delete_model(s, acme, model) is True
-        assert repo.delete_model(s, acme, model) is False
+        assert repo.delete_model(s, tenant_id=globex, id=model) is False
+        assert repo.delete_model(s, tenant_id=acme, id=model) is True
+        assert repo.delete_model(s, tenant_id=acme, id=model) is False
         with pytest.raises(repo.UnknownModelError):
-            repo.create_job(s, "tune", acme, model, {})
-        with pytest.raises(repo.UnknownModelError):
-            repo.create_job(s, "tune", acme, other, {})  # another tenant's model
+            repo.create_job(s, kind="tune", tenant_id=acme, model_id=model, params={})
+        with pytest.raises(repo.UnknownModelError):  # another tenant's model
+            repo.create_job(s, kind="tune", tenant_id=acme, model_id=other, params={})
     with db.read_session() as s:
         assert repo.list_models(s, acme) == [] and repo.get_model(s, acme, model) is None
         deleted = repo.get_model(s, acme, model, include_deleted=True)
@@ -118,7 +126,15 @@ def test_artifacts_are_per_tenant(db: SqlDatabase) -> None:
     globex, _ = _tenant_and_model(db, "globex")
     job = _job(db, "compile", acme, model)
     with db.write_session() as s:
-        art = repo.create_artifact(s, acme, job.id, SHA, 99, SHA, {"format_version": 1})
+        art = repo.create_artifact(
+            s,
+            tenant_id=acme,
+            compilation_id=job.id,
+            sha256=SHA,
+            size=99,
+            blob_key=SHA,
+            manifest={"format_version": 1},
+        )
     with db.read_session() as s:
         assert repo.get_artifact(s, acme, art.id) == art
         assert repo.get_artifact(s, globex, art.id) is None
@@ -139,19 +155,21 @@ def test_job_lifecycle(db: SqlDatabase) -> None:
     assert claimed.lease_expires_at == T0 + timedelta(seconds=30)
     assert _claim(db, "w2") is None  # nothing else to do
     with db.write_session() as s:
-        assert repo.heartbeat(s, "tune", job.id, "w1", 30)
-        assert not repo.heartbeat(s, "tune", job.id, "w2", 30)  # not w2's job
-        assert repo.update_progress(s, job.id, {"trials_done": 3}, worker_id="w1")
-        assert not repo.update_progress(s, job.id, {"trials_done": 99}, worker_id="w2")
+        assert repo.heartbeat(s, kind="tune", id=job.id, worker_id="w1", lease_s=30)
+        assert not repo.heartbeat(s, kind="tune", id=job.id, worker_id="w2", lease_s=30)  # not w2's job
+        assert repo.update_progress(s, id=job.id, progress={"trials_done": 3}, worker_id="w1")
+        assert not repo.update_progress(s, id=job.id, progress={"trials_done": 99}, worker_id="w2")
     with db.read_session() as s:
         running = repo.get_job(s, "tune", tenant, job.id)
         assert running is not None and running.progress == {"trials_done": 3}
         assert repo.count_jobs_by_state(s)[("tune", "running")] == 1
     with db.write_session() as s:
         with pytest.raises(ValueError, match="finishes as one of"):
-            repo.finish_job(s, "tune", job.id, "w1", "running")
-        assert repo.finish_job(s, "tune", job.id, "w1", "succeeded", result={"trials_done": 8})
-        assert not repo.finish_job(s, "tune", job.id, "w1", "failed", error="twice")
+            repo.finish_job(s, kind="tune", id=job.id, worker_id="w1", state="running")
+        assert repo.finish_job(
+            s, kind="tune", id=job.id, worker_id="w1", state="succeeded", result={"trials_done": 8}
+        )
+        assert not repo.finish_job(s, kind="tune", id=job.id, worker_id="w1", state="failed", error="twice")
     with db.read_session() as s:
         done = repo.get_job(s, "tune", tenant, job.id)
         assert done is not None and done.state == "succeeded" and done.finished
@@ -167,9 +185,13 @@ def test_compile_job_result_is_the_artifact_and_failures_keep_the_message(db: Sq
     first, second = _claim(db, "w"), _claim(db, "w")
     assert first is not None and second is not None and (first.id, second.id) == (ok.id, bad.id)
     with db.write_session() as s:
-        art = repo.create_artifact(s, tenant, ok.id, SHA, 10, SHA, {})
-        assert repo.finish_job(s, "compile", ok.id, "w", "succeeded", result=art.id)
-        assert repo.finish_job(s, "compile", bad.id, "w", "failed", error="unsupported op Foo")
+        art = repo.create_artifact(
+            s, tenant_id=tenant, compilation_id=ok.id, sha256=SHA, size=10, blob_key=SHA, manifest={}
+        )
+        assert repo.finish_job(s, kind="compile", id=ok.id, worker_id="w", state="succeeded", result=art.id)
+        assert repo.finish_job(
+            s, kind="compile", id=bad.id, worker_id="w", state="failed", error="unsupported op Foo"
+        )
     with db.read_session() as s:
         assert [j.id for j in repo.list_jobs(s, "compile", tenant)] == [bad.id, ok.id]  # newest first
         assert [j.id for j in repo.list_jobs(s, "compile", tenant, state="failed")] == [bad.id]
@@ -198,10 +220,11 @@ def test_an_expired_lease_is_taken_over(db: SqlDatabase) -> None:
     assert taken is not None and taken.id == job.id and taken.worker_id == "w2" and taken.attempts == 2
     assert taken.started_at == T0  # the first start is kept
     with db.write_session() as s:
-        assert not repo.heartbeat(s, "tune", job.id, "w1", 10)  # w1 lost it: it must stop
-        assert not repo.finish_job(s, "tune", job.id, "w1", "succeeded")
-        assert repo.heartbeat(s, "tune", job.id, "w2", 10)
-        assert repo.finish_job(s, "tune", job.id, "w2", "succeeded")
+        # w1 lost it: it must stop
+        assert not repo.heartbeat(s, kind="tune", id=job.id, worker_id="w1", lease_s=10)
+        assert not repo.finish_job(s, kind="tune", id=job.id, worker_id="w1", state="succeeded")
+        assert repo.heartbeat(s, kind="tune", id=job.id, worker_id="w2", lease_s=10)
+        assert repo.finish_job(s, kind="tune", id=job.id, worker_id="w2", state="succeeded")
 
 
 def test_a_job_whose_workers_keep_dying_fails(db: SqlDatabase) -> None:
@@ -223,8 +246,8 @@ def test_release_puts_a_job_back_at_once(db: SqlDatabase) -> None:
     job = _job(db, "tune", tenant, model)
     assert _claim(db, "w1") is not None
     with db.write_session() as s:
-        assert not repo.release_job(s, "tune", job.id, "w2")
-        assert repo.release_job(s, "tune", job.id, "w1")
+        assert not repo.release_job(s, kind="tune", id=job.id, worker_id="w2")
+        assert repo.release_job(s, kind="tune", id=job.id, worker_id="w1")
     again = _claim(db, "w2")
     assert again is not None and again.id == job.id and again.worker_id == "w2"
 
@@ -237,18 +260,20 @@ def test_cancel_queued_running_and_finished_jobs(db: SqlDatabase) -> None:
     globex, _ = _tenant_and_model(db, "globex")
     queued, running = _job(db, "tune", tenant, model), _job(db, "tune", tenant, model)
     with db.write_session() as s:
-        assert repo.request_cancel(s, "tune", globex, queued.id) is None  # another tenant's job
-        assert repo.request_cancel(s, "tune", tenant, "nope") is None
-        cancelled = repo.request_cancel(s, "tune", tenant, queued.id)
+        # another tenant's job
+        assert repo.request_cancel(s, kind="tune", tenant_id=globex, id=queued.id) is None
+        assert repo.request_cancel(s, kind="tune", tenant_id=tenant, id="nope") is None
+        cancelled = repo.request_cancel(s, kind="tune", tenant_id=tenant, id=queued.id)
     assert cancelled is not None and cancelled.state == "cancelled" and cancelled.finished_at is not None
     claimed = _claim(db, "w")
     assert claimed is not None and claimed.id == running.id  # the cancelled one is never claimed
     with db.write_session() as s:
-        flagged = repo.request_cancel(s, "tune", tenant, running.id)
+        flagged = repo.request_cancel(s, kind="tune", tenant_id=tenant, id=running.id)
         assert flagged is not None and flagged.state == "running" and flagged.cancel_requested
-        assert not repo.heartbeat(s, "tune", running.id, "w", 30)  # the worker is told to stop
-        assert repo.finish_job(s, "tune", running.id, "w", "cancelled")
-        done = repo.request_cancel(s, "tune", tenant, running.id)
+        # the worker is told to stop
+        assert not repo.heartbeat(s, kind="tune", id=running.id, worker_id="w", lease_s=30)
+        assert repo.finish_job(s, kind="tune", id=running.id, worker_id="w", state="cancelled")
+        done = repo.request_cancel(s, kind="tune", tenant_id=tenant, id=running.id)
     assert done is not None and done.state == "cancelled"
 
 
@@ -257,7 +282,7 @@ def test_an_abandoned_job_asked_to_cancel_ends_cancelled(db: SqlDatabase) -> Non
     job = _job(db, "tune", tenant, model)
     assert _claim(db, "dead", 1, now=T0) is not None
     with db.write_session() as s:
-        repo.request_cancel(s, "tune", tenant, job.id)
+        repo.request_cancel(s, kind="tune", tenant_id=tenant, id=job.id)
     assert _claim(db, "w", 1, now=T0 + timedelta(seconds=5)) is None
     with db.read_session() as s:
         got = repo.get_job(s, "tune", tenant, job.id)
@@ -281,7 +306,7 @@ def test_concurrent_claims_take_each_job_exactly_once(db: SqlDatabase) -> None:
             while (job := _claim(db, worker)) is not None:
                 taken[worker].append(job.id)
                 with db.write_session() as s:
-                    assert repo.finish_job(s, job.kind, job.id, worker, "succeeded")
+                    assert repo.finish_job(s, kind=job.kind, id=job.id, worker_id=worker, state="succeeded")
         except BaseException as exc:
             errors.append(exc)
 
