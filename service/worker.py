@@ -1,6 +1,6 @@
 """Workers: claim jobs from the database and run them (compilations and tuning).
 
-A worker claims one job at a time (storage.service_repo.claim_job), renews the job's lease from a
+A worker claims one job at a time (storage.repos.claim_job), renews the job's lease from a
 heartbeat thread while it works, and ends the job itself: succeeded (with the artifact, or the final
 tuning progress), failed (a user error's message: bad model, bad override...) or cancelled. It
 stops working on a job as soon as the heartbeat reports that the job was cancelled or taken over.
@@ -33,16 +33,15 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.config import Settings
+from service.jobparams import CompileParams, CompileTarget, JobParamError, TuneParams
 from storage import SqlDatabase
-from storage import service_repo as repo
+from storage import repos as repo
 from storage.blobs import BlobError, BlobStore
 from storage.errors import StorageError
-from storage.service_repo import JOB_KINDS, JobInfo, JobKind, JobState
+from storage.repos import JOB_KINDS, JobInfo, JobKind, JobState
 
 log = logging.getLogger("temper.worker")
 
-DEFAULT_TRIALS = 64
-DEFAULT_BATCH = 8
 _RETRY_S = 2.0  # wait after a database error before trying again
 
 
@@ -153,7 +152,9 @@ class Worker:
     def run_one(self, stop_event: threading.Event | None = None) -> bool:
         """Claim one job and run it to its end; False when there was nothing to claim."""
         with self.db.write_session() as s:
-            job = repo.claim_job(s, self.worker_id, self.settings.worker_lease_s, self.kinds)
+            job = repo.claim_job(
+                s, worker_id=self.worker_id, lease_s=self.settings.worker_lease_s, kinds=self.kinds
+            )
         if job is None:
             return False
         log.info("worker %s: %s job %s (attempt %d)", self.worker_id, job.kind, job.id, job.attempts)
@@ -196,7 +197,7 @@ class Worker:
         beat.start()
         try:
             outcome = self._compile(job, ctl) if job.kind == "compile" else self._tune(job, ctl)
-        except (JobError, BlobError) as exc:
+        except (JobError, JobParamError, BlobError) as exc:
             outcome = _Outcome("failed", str(exc))
         except Exception as exc:
             outcome = self._failure(job, exc)
@@ -218,10 +219,16 @@ class Worker:
             return
         with self.db.write_session() as s:
             if outcome.release:
-                owned = repo.release_job(s, job.kind, job.id, self.worker_id)
+                owned = repo.release_job(s, kind=job.kind, id=job.id, worker_id=self.worker_id)
             else:
                 owned = repo.finish_job(
-                    s, job.kind, job.id, self.worker_id, outcome.state, outcome.error, outcome.result
+                    s,
+                    kind=job.kind,
+                    id=job.id,
+                    worker_id=self.worker_id,
+                    state=outcome.state,
+                    error=outcome.error,
+                    result=outcome.result,
                 )
         if owned:
             ending = "released" if outcome.release else outcome.state
@@ -234,7 +241,13 @@ class Worker:
         while not ctl.done.wait(interval):
             try:
                 with self.db.write_session() as s:
-                    keep = repo.heartbeat(s, job.kind, job.id, self.worker_id, self.settings.worker_lease_s)
+                    keep = repo.heartbeat(
+                        s,
+                        kind=job.kind,
+                        id=job.id,
+                        worker_id=self.worker_id,
+                        lease_s=self.settings.worker_lease_s,
+                    )
             except (SQLAlchemyError, StorageError) as exc:
                 log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
                 continue
@@ -264,9 +277,9 @@ class Worker:
         from compiler.errors import CompilerError
         from compiler.runtime import read_artifact
 
-        params = job.params
-        options = _compile_options(params, self.settings.target, self._overrides(params.get("overrides")))
-        url = self.settings.database_url if params.get("use_tuned", True) else None
+        params = CompileParams.from_json(job.params)
+        options = self._compile_options(params, self._overrides(params.overrides))
+        url = self.settings.database_url if params.use_tuned else None
         seconds = min(self.settings.compile_timeout_s, self._time_left(job))
         data = self._in_child(self.compile_fn, self._model_bytes(job), options, url, seconds=seconds)
         if isinstance(data, str):
@@ -281,8 +294,23 @@ class Worker:
         manifest, _ = read_artifact(data)
         try:  # the artifact and the job's end commit together, and only while the job is still ours
             with self.db.write_session() as s:
-                artifact = repo.create_artifact(s, job.tenant_id, job.id, key, len(data), key, manifest)
-                if not repo.finish_job(s, "compile", job.id, self.worker_id, "succeeded", result=artifact.id):
+                artifact = repo.create_artifact(
+                    s,
+                    tenant_id=job.tenant_id,
+                    compilation_id=job.id,
+                    sha256=key,
+                    size=len(data),
+                    blob_key=key,
+                    manifest=manifest,
+                )
+                if not repo.finish_job(
+                    s,
+                    kind="compile",
+                    id=job.id,
+                    worker_id=self.worker_id,
+                    state="succeeded",
+                    result=artifact.id,
+                ):
                     raise _Lost
         except _Lost:
             log.warning("worker %s: lost compile job %s before it ended", self.worker_id, job.id)
@@ -307,28 +335,34 @@ class Worker:
         except SandboxCrash as exc:
             raise JobError(str(exc)) from None
 
-    def _overrides(self, raw: Any) -> dict[str, Any]:
+    def _overrides(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """{node: "record:ID" | trace JSON} -> {node: ScheduleChoice} (tuner.apply.override_choice:
         records and inline traces only; a server never reads a file a request names)."""
         from compiler.errors import CompilerError
         from tuner.apply import override_choice
 
-        if not raw:
-            return {}
-        if not isinstance(raw, Mapping):
-            raise JobError("overrides must map node names to 'record:ID' or a trace object")
         try:
             return {str(node): override_choice(str(node), spec, self.db) for node, spec in raw.items()}
         except CompilerError as exc:
             raise JobError(str(exc)) from None
+
+    def _compile_options(self, params: CompileTarget, overrides: Mapping[str, Any]) -> Any:
+        from compiler.pipeline import CompileOptions
+
+        return CompileOptions(
+            target=params.target or self.settings.target,
+            opt_level=params.opt_level,
+            shapes=dict(params.shapes),
+            overrides=dict(overrides),
+        )
 
     # --- tune ----------------------------------------------------------------------------------
 
     def _tune(self, job: JobInfo, ctl: _Control) -> _Outcome:
         from tuner.tune import TuneOptions, tune
 
-        params = job.params
-        options = _compile_options(params, self.settings.target, {})
+        params = TuneParams.from_json(job.params)
+        options = self._compile_options(params, {})
         model = self._model_bytes(job)
         previous = job.progress or {}
         # `trials` is what this job measures (as on the CLI); an attempt taking the job over counts
@@ -336,17 +370,12 @@ class Worker:
         base = previous.get("trials_base")
         since = base if isinstance(base, int) else None
         carried = {"elapsed_offset": float(previous.get("elapsed_s") or 0.0), "trials_base": since}
-        budget = params.get("time_budget_s")
-        trials = _positive_int(params, "trials", DEFAULT_TRIALS)
+        budget = params.time_budget_s
         # the job's own budget, and never past the deployment's job time limit
         left = self._time_left(job)
-        timeout = left if budget is None else min(left, max(0.0, float(budget) - carried["elapsed_offset"]))
+        timeout = left if budget is None else min(left, max(0.0, budget - carried["elapsed_offset"]))
         topts = TuneOptions(
-            trials=trials,
-            since=since,
-            timeout_s=timeout,
-            batch=_positive_int(params, "batch", min(DEFAULT_BATCH, trials)),
-            seed=int(params.get("seed", 0)),
+            trials=params.trials, since=since, timeout_s=timeout, batch=params.batch, seed=params.seed
         )
         builder, runner, close = self._measurers(options.target)
         try:
@@ -374,7 +403,7 @@ class Worker:
             try:
                 with self.db.write_session() as s:
                     repo.update_progress(
-                        s, job.id, progress_to_json(progress, **carried), worker_id=self.worker_id
+                        s, id=job.id, progress=progress_to_json(progress, **carried), worker_id=self.worker_id
                     )
             except (SQLAlchemyError, StorageError) as exc:  # progress is advisory: the records are the truth
                 log.warning("worker %s: progress not saved: %s", self.worker_id, exc)
@@ -401,15 +430,6 @@ class Worker:
         return LocalBuilder(target, executor=build), LocalRunner(executor=run), lambda: None
 
 
-def _positive_int(params: Mapping[str, Any], name: str, default: int) -> int:
-    value = params.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise JobError(f"{name} must be a positive integer, not {value!r}")
-    return value
-
-
 def compile_artifact(model: bytes, options: Any, database_url: str | None) -> bytes | str:
     """A compile job's work (run in a child process): the artifact's bytes, using the tuning
     records of `database_url` (None: default schedules), or a CompilerError's message."""
@@ -425,28 +445,6 @@ def compile_artifact(model: bytes, options: Any, database_url: str | None) -> by
         return str(exc)
     return artifact_bytes(
         manifest=compiled.manifest, library=compiled.library, plan=compiled.plan, params=compiled.params
-    )
-
-
-def _compile_options(params: Mapping[str, Any], default_target: str, overrides: Mapping[str, Any]) -> Any:
-    from compiler.pipeline import CompileOptions
-
-    shapes = params.get("shapes") or {}
-    if not isinstance(shapes, Mapping):
-        raise JobError("shapes must map input names to lists of dimensions")
-    bound: dict[str, tuple[int, ...]] = {}
-    for name, dims in shapes.items():
-        if not isinstance(dims, list | tuple) or not all(isinstance(d, int) and d > 0 for d in dims):
-            raise JobError(f"shape of input {name!r} must be a list of positive integers, not {dims!r}")
-        bound[str(name)] = tuple(dims)
-    opt_level = params.get("opt_level", 3)
-    if isinstance(opt_level, bool) or not isinstance(opt_level, int):
-        raise JobError(f"opt_level must be an integer, not {opt_level!r}")
-    return CompileOptions(
-        target=str(params.get("target") or default_target),
-        opt_level=opt_level,
-        shapes=bound,
-        overrides=dict(overrides),
     )
 
 

@@ -11,6 +11,7 @@ from compiler.errors import CompilerError
 from compiler.pipeline import CompileOptions
 from service.deps import PrincipalDep, ServicesDep
 from service.errors import InvalidInputError
+from service.jobparams import CompileParams
 from service.routes.common import (
     compilation_out,
     errors,
@@ -22,8 +23,8 @@ from service.routes.common import (
 )
 from service.schemas import CompilationIn, CompilationOut, JobState
 from service.summary import check_override_names
-from storage import service_repo as repo
-from storage.service_repo import ModelInfo
+from storage import repos as repo
+from storage.repos import ModelInfo
 from tuner.apply import override_choice
 
 router = APIRouter(prefix="/v1/compilations", tags=["compilations"], responses=errors(401, 404, 422))
@@ -66,15 +67,17 @@ def create_compilation(body: CompilationIn, principal: PrincipalDep, services: S
     shapes = job_shapes(services, model, body.shapes, body.target, body.opt_level)
     _check_overrides(services, body.overrides)
     _check_override_names(services, model, body, shapes)
-    params = {
-        "shapes": shapes,
-        "target": body.target,
-        "opt_level": body.opt_level,
-        "use_tuned": body.use_tuned,
-        "overrides": dict(body.overrides),
-    }
+    params = CompileParams(
+        shapes={name: tuple(dims) for name, dims in shapes.items()},
+        target=body.target,
+        opt_level=body.opt_level,
+        use_tuned=body.use_tuned,
+        overrides=dict(body.overrides),
+    ).to_json()
     with services.db.write_session() as session:
-        job = repo.create_job(session, "compile", principal.tenant_id, model.id, params)
+        job = repo.create_job(
+            session, kind="compile", tenant_id=principal.tenant_id, model_id=model.id, params=params
+        )
     return compilation_out(job)
 
 
@@ -98,7 +101,7 @@ def get_compilation(compilation_id: str, principal: PrincipalDep, services: Serv
 def cancel_compilation(compilation_id: str, principal: PrincipalDep, services: ServicesDep) -> CompilationOut:
     job_or_404(services, principal, "compile", compilation_id)
     with services.db.write_session() as session:
-        job = repo.request_cancel(session, "compile", principal.tenant_id, compilation_id)
+        job = repo.request_cancel(session, kind="compile", tenant_id=principal.tenant_id, id=compilation_id)
     return compilation_out(
         job if job is not None else job_or_404(services, principal, "compile", compilation_id)
     )

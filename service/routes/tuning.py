@@ -7,9 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from service.deps import PrincipalDep, ServicesDep
+from service.jobparams import TuneParams
 from service.routes.common import errors, job_or_404, job_shapes, json_body, model_or_404, tuning_out
 from service.schemas import JobState, TuningJobIn, TuningJobOut
-from storage import service_repo as repo
+from storage import repos as repo
 
 router = APIRouter(prefix="/v1/tuning-jobs", tags=["tuning"], responses=errors(401, 404, 422))
 
@@ -24,17 +25,19 @@ router = APIRouter(prefix="/v1/tuning-jobs", tags=["tuning"], responses=errors(4
 def create_tuning_job(body: TuningJobIn, principal: PrincipalDep, services: ServicesDep) -> TuningJobOut:
     model = model_or_404(services, principal, body.model_id)
     shapes = job_shapes(services, model, body.shapes, body.target, body.opt_level)
-    params = {
-        "shapes": shapes,
-        "target": body.target,
-        "opt_level": body.opt_level,
-        "trials": body.trials,
-        "time_budget_s": body.time_budget_s,
-        "batch": body.batch,
-        "seed": body.seed,
-    }
+    params = TuneParams(
+        shapes={name: tuple(dims) for name, dims in shapes.items()},
+        target=body.target,
+        opt_level=body.opt_level,
+        trials=body.trials,
+        time_budget_s=body.time_budget_s,
+        batch=body.batch,
+        seed=body.seed,
+    ).to_json()
     with services.db.write_session() as session:
-        job = repo.create_job(session, "tune", principal.tenant_id, model.id, params)
+        job = repo.create_job(
+            session, kind="tune", tenant_id=principal.tenant_id, model_id=model.id, params=params
+        )
     return tuning_out(job)
 
 
@@ -62,5 +65,5 @@ def get_tuning_job(job_id: str, principal: PrincipalDep, services: ServicesDep) 
 def cancel_tuning_job(job_id: str, principal: PrincipalDep, services: ServicesDep) -> TuningJobOut:
     job_or_404(services, principal, "tune", job_id)
     with services.db.write_session() as session:
-        job = repo.request_cancel(session, "tune", principal.tenant_id, job_id)
+        job = repo.request_cancel(session, kind="tune", tenant_id=principal.tenant_id, id=job_id)
     return tuning_out(job if job is not None else job_or_404(services, principal, "tune", job_id))

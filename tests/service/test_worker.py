@@ -24,7 +24,7 @@ from compiler.runtime import load
 from service.config import Settings, get_settings
 from service.worker import Worker, progress_to_json
 from storage import SqlDatabase
-from storage import service_repo as repo
+from storage import repos as repo
 from tests.models.builders import mlp
 from tests.storage.conftest import db_url, pg_url, pg_user, sqlite_url  # noqa: F401  (fixtures)
 
@@ -49,9 +49,11 @@ def _submit(w: Worker, kind: repo.JobKind, params: dict[str, Any], data: bytes |
     data = MODEL.SerializeToString() if data is None else data
     key = w.blobs.put_bytes(data)
     with w.db.write_session() as s:
-        tenant = repo.get_or_create_tenant(s, "acme")
-        model = repo.create_model(s, tenant.id, "mlp", key, len(data), key, {})
-        return repo.create_job(s, kind, tenant.id, model.id, params)
+        tenant = repo.get_or_create_tenant(s, name="acme")
+        model = repo.create_model(
+            s, tenant_id=tenant.id, name="mlp", sha256=key, size=len(data), blob_key=key, summary={}
+        )
+        return repo.create_job(s, kind=kind, tenant_id=tenant.id, model_id=model.id, params=params)
 
 
 def _get(db: SqlDatabase, job: repo.JobInfo) -> repo.JobInfo:
@@ -202,7 +204,7 @@ def test_cancel_while_running(worker: Worker) -> None:
     try:
         _wait("the first measurements", lambda: len(_records(worker.db)) >= 2)
         with worker.db.write_session() as s:
-            flagged = repo.request_cancel(s, "tune", job.tenant_id, job.id)
+            flagged = repo.request_cancel(s, kind="tune", tenant_id=job.tenant_id, id=job.id)
         assert flagged is not None and flagged.cancel_requested
         _wait("the cancel", lambda: _get(worker.db, job).state == "cancelled", timeout=60)
     finally:
