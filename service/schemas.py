@@ -124,6 +124,9 @@ class TaskProgressOut(_Response):
     best_secs: float | None = None
     best_gflops: float | None = None
     default_secs: float | None = None
+    curve: list[tuple[int, float | None]] = Field(
+        default_factory=list, description="(trials done, this task's best seconds) each time it improved."
+    )
 
 
 class ConfirmedTaskOut(_Response):
@@ -158,8 +161,13 @@ class ProgressOut(_Response):
     eta_s: float | None = None
     estimated_latency_s: float | None = None
     tasks: list[TaskProgressOut] = Field(default_factory=list)
-    curve: list[tuple[int, float | None]] = Field(
-        default_factory=list, description="(trials done, estimated latency in seconds) after each round."
+    curve: list[tuple[int, float | None, float | None]] = Field(
+        default_factory=list,
+        description="(trials done, estimated model latency in seconds, seconds since the job began) "
+        "after each round.",
+    )
+    default_latency_s: float | None = Field(
+        None, description="The model's latency estimated from every kernel's default schedule (untuned)."
     )
     finished: bool = False
     phase: str = Field("search", description="'search', then 'confirm' while finalists run in the model.")

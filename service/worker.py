@@ -67,6 +67,9 @@ def progress_to_json(
     if trials_base is not None:
         data["trials_base"] = trials_base
     data["elapsed_s"] = float(progress.elapsed_s) + elapsed_offset
+    data["curve"] = [
+        [n, latency, None if at is None else at + elapsed_offset] for n, latency, at in data["curve"]
+    ]
     return data
 
 

@@ -32,6 +32,8 @@ class TaskReport:
     trials: int
     best_secs: float
     default_secs: float
+    # (trials of the run, the task's best time) each time the task's best improved
+    curve: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def best_gflops(self) -> float:
@@ -47,6 +49,7 @@ class TaskReport:
             "best_secs": _num(self.best_secs),
             "best_gflops": _num(self.best_gflops),
             "default_secs": _num(self.default_secs),
+            "curve": [[int(n), _num(secs)] for n, secs in self.curve],
         }
 
     @classmethod
@@ -59,6 +62,7 @@ class TaskReport:
             trials=int(data.get("trials") or 0),
             best_secs=_secs(data.get("best_secs")),
             default_secs=_secs(data.get("default_secs")),
+            curve=[(int(n), _secs(secs)) for n, secs in data.get("curve") or []],
         )
 
 
@@ -71,7 +75,8 @@ class Progress:
     elapsed_s: float
     estimated_latency_s: float
     tasks: list[TaskReport]
-    curve: list[tuple[int, float]] = field(default_factory=list)  # (trials, estimated latency)
+    # (trials, estimated model latency, seconds since the run began) after every round
+    curve: list[tuple[int, float, float | None]] = field(default_factory=list)
     finished: bool = False
     phase: str = "search"  # "search", then "confirm" while the finalists are timed in the model
     confirmation: dict[str, Any] | None = None  # tuner.confirm.summary(), or {"error": ...}
@@ -82,6 +87,8 @@ class Progress:
     # seconds left at the pace so far (None when finished or before the first trial); computed from
     # the other fields unless given
     eta_s: float | None = None
+    # the model's latency estimated from every task's default schedule (what an untuned compile runs)
+    default_latency_s: float = INF
 
     def __post_init__(self) -> None:
         if self.eta_s is None and self.trials_done > 0 and not self.finished:
@@ -98,7 +105,8 @@ class Progress:
             "eta_s": _num(self.eta_s),
             "estimated_latency_s": _num(self.estimated_latency_s),
             "tasks": [t.to_json() for t in self.tasks],
-            "curve": [[int(n), _num(latency)] for n, latency in self.curve],
+            "curve": [[int(n), _num(latency), _num(at)] for n, latency, at in self.curve],
+            "default_latency_s": _num(self.default_latency_s),
             "finished": bool(self.finished),
             "phase": str(self.phase),
             "confirmation": self.confirmation,
@@ -114,11 +122,18 @@ class Progress:
             elapsed_s=float(data.get("elapsed_s") or 0.0),
             estimated_latency_s=_secs(data.get("estimated_latency_s")),
             tasks=[TaskReport.from_json(t) for t in data.get("tasks") or []],
-            curve=[(int(n), _secs(s)) for n, s in data.get("curve") or []],
+            curve=[_point(p) for p in data.get("curve") or []],
             finished=bool(data.get("finished")),
             phase=str(data.get("phase") or "search"),
             confirmation=dict(confirmation) if isinstance(confirmation, Mapping) else None,
             trials_base=int(data.get("trials_base") or 0),
             stop_reason=None if data.get("stop_reason") is None else str(data["stop_reason"]),
             eta_s=None if data.get("eta_s") is None else float(data["eta_s"]),
+            default_latency_s=_secs(data.get("default_latency_s")),
         )
+
+
+def _point(item: Any) -> tuple[int, float, float | None]:
+    """A curve point as stored: [trials, latency, elapsed]; runs before elapsed was kept stored two."""
+    at = item[2] if len(item) > 2 else None
+    return int(item[0]), _secs(item[1]), None if at is None else float(at)

@@ -141,7 +141,11 @@ def tune(
     base = recorded if topts.since is None else min(topts.since, recorded)
     done = recorded
     budget = base + topts.trials
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, float, float | None]] = []  # (trials, estimated latency, elapsed s)
+    # each task's best time each time it improved; a best already recorded starts the curve at 0
+    task_curves: dict[str, list[tuple[int, float]]] = {
+        st.task.key: [(0, st.best_secs)] if st.best_secs < float("inf") else [] for st in states
+    }
     exhausted: set[str] = set()  # tasks whose space has no untried candidate left
     stop_reason: str | None = None
 
@@ -151,10 +155,18 @@ def tune(
     def snapshot(finished: bool = False) -> Progress:
         reports = [
             TaskReport(
-                s.task.name, s.task.key, s.task.weight, s.task.flops, s.trials, s.best_secs, s.default_secs
+                s.task.name,
+                s.task.key,
+                s.task.weight,
+                s.task.flops,
+                s.trials,
+                s.best_secs,
+                s.default_secs,
+                list(task_curves[s.task.key]),
             )
             for s in states
         ]
+        untuned = sum(s.task.weight * s.default_secs for s in states if s.task.alternative_of is None)
         return Progress(
             done - base,
             topts.trials,
@@ -167,6 +179,7 @@ def tune(
             confirmation,
             base,
             stop_reason,
+            default_latency_s=untuned,
         )
 
     def out_of_budget() -> bool:
@@ -198,7 +211,8 @@ def tune(
             )
             rid = db.commit_record(rec)
             secs = rec.seconds
-            state.add(secs, trace, rid)
+            if state.add(secs, trace, rid):
+                task_curves[state.task.key].append((done + 1 - base, secs))
             done += 1
             try:
                 feats.append(_features_of(state.task, trace))
@@ -218,7 +232,7 @@ def tune(
             run_batch(st, [d])
             sched.record_round(st, before)
         st.default_secs = st.secs_by_hash.get(_hash(d), float("inf"))
-    curve.append((done - base, sched.estimated_latency()))
+    curve.append((done - base, sched.estimated_latency(), time.monotonic() - start))
     if on_progress:
         on_progress(snapshot())
     while not out_of_budget():
@@ -235,7 +249,7 @@ def tune(
         before = picked.best_secs
         run_batch(picked, [c.trace for c in cands])
         sched.record_round(picked, before)
-        curve.append((done - base, sched.estimated_latency()))
+        curve.append((done - base, sched.estimated_latency(), time.monotonic() - start))
         if on_progress:
             on_progress(snapshot())
     if topts.confirm and not (should_stop and should_stop()):

@@ -16,6 +16,7 @@ from service.sandbox import run_limited
 from service.schemas import CompilationOut, ErrorOut, ModelOut, ProgressOut, TuningJobOut
 from storage import repos as repo
 from storage.repos import JobInfo, JobKind, ModelInfo, Principal
+from tuner.progress import Progress
 from tuner.task import extract_tasks
 
 _ID = re.compile(r"[0-9a-f]{32}")
@@ -107,6 +108,8 @@ def compilation_out(job: JobInfo) -> CompilationOut:
 
 def tuning_out(job: JobInfo) -> TuningJobOut:
     progress = getattr(job, "progress", None)
+    if progress:  # read through the one definition, which also reads what older servers stored
+        progress = Progress.from_json(progress).to_json()
     return TuningJobOut(
         **_job_fields(job), progress=ProgressOut.model_validate(progress) if progress else None
     )

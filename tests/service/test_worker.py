@@ -100,6 +100,10 @@ def test_tune_then_compile_with_the_tuned_records(worker: Worker) -> None:
     assert progress["trials_total"] == 4 and progress["eta_s"] is None
     assert [t["name"] for t in progress["tasks"]] and all(t["trials"] >= 1 for t in progress["tasks"])
     assert progress["curve"][-1][0] == 4 and progress["estimated_latency_s"] > 0
+    times = [at for _, _, at in progress["curve"]]
+    assert all(at is not None for at in times) and times == sorted(times)  # the curve against wall time
+    assert progress["default_latency_s"] >= progress["estimated_latency_s"] > 0  # tuned never slower
+    assert all(t["curve"] for t in progress["tasks"])  # every task's best, as it improved
     assert len(_records(worker.db)) == 4
 
     compile_job = _submit(worker, "compile", {"use_tuned": True, "opt_level": 3})
@@ -295,11 +299,11 @@ def test_progress_json_has_no_infinities() -> None:
     from tuner.tune import Progress, TaskReport
 
     inf = float("inf")
-    progress = Progress(1, 8, 2.0, inf, [TaskReport("k", "key", 1, 100, 1, inf, inf)], [(1, inf)])
+    progress = Progress(1, 8, 2.0, inf, [TaskReport("k", "key", 1, 100, 1, inf, inf)], [(1, inf, 1.5)])
     data = progress_to_json(progress, elapsed_offset=3.0)
     assert data["elapsed_s"] == 5.0 and data["estimated_latency_s"] is None and data["eta_s"] == 14.0
     assert data["tasks"][0]["best_secs"] is None and data["tasks"][0]["best_gflops"] == 0.0
-    assert data["curve"] == [[1, None]]
+    assert data["curve"] == [[1, None, 4.5]]  # each point's time counts the earlier attempts' too
 
 
 def test_artifacts_are_signed_with_the_deployment_key(settings: Settings) -> None:

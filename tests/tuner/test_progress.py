@@ -10,14 +10,30 @@ INF = float("inf")
 
 
 def test_json_round_trip_keeps_everything_and_has_no_infinities() -> None:
-    tasks = [TaskReport("conv", "k1", 2, 1000, 5, 1e-3, 2e-3), TaskReport("relu", "k2", 1, 10, 0, INF, INF)]
-    progress = Progress(5, 16, 2.0, INF, tasks, [(1, INF), (5, 3e-3)], trials_base=7)
+    tasks = [
+        TaskReport("conv", "k1", 2, 1000, 5, 1e-3, 2e-3, [(1, 2e-3), (4, 1e-3)]),
+        TaskReport("relu", "k2", 1, 10, 0, INF, INF),
+    ]
+    progress = Progress(
+        5, 16, 2.0, INF, tasks, [(1, INF, 0.5), (5, 3e-3, 2.0)], trials_base=7, default_latency_s=4e-3
+    )
     data = json.loads(json.dumps(progress.to_json(), allow_nan=False))
     assert data["eta_s"] == 2.0 / 5 * 11 and data["estimated_latency_s"] is None
     assert data["tasks"][1]["best_secs"] is None and data["tasks"][0]["best_gflops"] == 1000 / 1e-3 / 1e9
     back = Progress.from_json(data)
     assert back == progress
-    assert back.tasks[1].best_secs == INF and back.curve[0] == (1, INF)
+    assert back.tasks[1].best_secs == INF and back.curve[0] == (1, INF, 0.5)
+    assert data["curve"][1] == [5, 3e-3, 2.0] and data["tasks"][0]["curve"] == [[1, 2e-3], [4, 1e-3]]
+    assert data["default_latency_s"] == 4e-3
+
+
+def test_progress_stored_by_an_older_server_still_reads() -> None:
+    """Curve points without their elapsed time, tasks without a curve, no default latency."""
+    old = {"trials_done": 2, "trials_total": 4, "curve": [[1, 0.5], [2, None]], "tasks": [{"name": "k"}]}
+    back = Progress.from_json(old)
+    assert back.curve == [(1, 0.5, None), (2, INF, None)]
+    assert back.tasks[0].curve == [] and back.default_latency_s == INF
+    assert back.to_json()["curve"] == [[1, 0.5, None], [2, None, None]]
 
 
 def test_a_finished_run_has_no_eta_and_keeps_its_stop_reason() -> None:
