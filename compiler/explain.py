@@ -126,8 +126,6 @@ def profile_kernels(
 ) -> dict[str, float]:
     """Kernel name -> median seconds per call (summed over its calls): the model compiled as compile
     builds it, loaded and run on seeded random inputs (Module.profile)."""
-    import numpy as np
-
     from compiler.pipeline import compile_model
     from compiler.runtime import load
     from compiler.runtime.archive import artifact_bytes
@@ -138,16 +136,8 @@ def profile_kernels(
             manifest=compiled.manifest, library=compiled.library, plan=compiled.plan, params=compiled.params
         )
     )
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for spec in module.inputs:
-        dtype = np.dtype(spec.dtype)
-        if dtype.kind == "f":
-            feeds[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
-        else:  # indices, masks, token ids: small non-negative values are valid for every model
-            feeds[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
     times: dict[str, float] = {}
-    for entry in module.profile(feeds, repeat=repeat):
+    for entry in module.profile(module.sample_inputs(), repeat=repeat):
         times[entry["kernel"]] = times.get(entry["kernel"], 0.0) + entry["median"]
     return times
 

@@ -27,6 +27,7 @@ from service.schemas import (
     HealthOut,
     ImportOut,
     ModelOut,
+    ProfileOut,
     RecordOut,
     Stage,
     TargetOut,
@@ -316,6 +317,10 @@ class Client:
 
     def artifact_manifest(self, artifact_id: str) -> dict[str, Any]:
         return self._typed(dict[str, Any], "GET", f"/v1/artifacts/{artifact_id}/manifest")
+
+    def artifact_profile(self, artifact_id: str, runs: int = 10) -> ProfileOut:
+        """The artifact run on the server: each kernel's median time, beside onnxruntime's profile."""
+        return self._typed(ProfileOut, "GET", f"/v1/artifacts/{artifact_id}/profile", params={"runs": runs})
 
     # --- records -------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from compiler.errors import (
     UnknownNodeError,
     UnsupportedOpError,
 )
+from service.profiling import ProfileError
 from service.sandbox import SandboxError
 from storage.blobs import BlobTooLargeError
 from storage.errors import DatabaseUnavailableError, RecordFileError, StorageError
@@ -89,6 +90,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (ScheduleError, 422, "invalid_schedule"),
     (CodegenError, 422, "codegen_failed"),
     (SandboxError, 422, "limit_exceeded"),
+    (ProfileError, 409, "cannot_run_here"),
     (CompilerError, 422, "compile_error"),
     (RecordFileError, 422, "invalid_records"),
     (UnknownModelError, 404, "not_found"),

@@ -202,6 +202,36 @@ class TuningJobOut(_JobOut):
     progress: ProgressOut | None = None
 
 
+class KernelTimeOut(_Response):
+    step: int = Field(description="The call's place in the execution plan.")
+    kernel: str = Field(description="The kernel's symbol (the manifest's kernels[].symbol).")
+    median: float = Field(description="Median seconds per call.")
+    share: float = Field(description="Its share of the summed medians.")
+    nodes: list[str] = Field(default_factory=list, description="The ONNX nodes the kernel runs.")
+
+
+class NodeTimeOut(_Response):
+    node: str
+    op: str
+    seconds: float = Field(description="Median kernel seconds per run.")
+
+
+class OnnxruntimeProfileOut(_Response):
+    ops: list[NodeTimeOut]
+    total_s: float
+
+
+class ProfileOut(_Response):
+    """An artifact run on the server: where its time goes, kernel by kernel."""
+
+    runs: int
+    kernels: list[KernelTimeOut]
+    total_s: float = Field(description="The kernels' medians summed.")
+    onnxruntime: OnnxruntimeProfileOut | None = Field(
+        None, description="onnxruntime's per-node profile of the same model and inputs (when installed)."
+    )
+
+
 # --- records -----------------------------------------------------------------------------------------
 
 

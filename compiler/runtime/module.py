@@ -228,6 +228,19 @@ class Module:
         """The model's outputs (name, shape, dtype) in manifest order."""
         return self._outputs
 
+    def sample_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random inputs of the right shapes and dtypes, valid for any model: normal floats,
+        and 0 or 1 for integers and booleans (indices, masks, token ids)."""
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for spec in self._inputs:
+            dtype = np.dtype(spec.dtype)
+            if dtype.kind == "f":
+                feeds[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+            else:
+                feeds[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
+        return feeds
+
     @property
     def manifest(self) -> dict[str, Any]:
         """A copy of the artifact's manifest (target, kernels and their schedule provenance, ...)."""

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse
 
 from service.deps import PrincipalDep, ServicesDep
 from service.errors import NotFoundError
-from service.routes.common import errors, is_id
+from service.profiling import MAX_RUNS, profile_artifact
+from service.routes.common import errors, is_id, sandboxed
+from service.schemas import ProfileOut
 from storage import repos as repo
+from storage.blobs import BlobError
 from storage.repos import ArtifactInfo, Principal
 
 router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"], responses=errors(401, 404, 422))
@@ -58,3 +61,41 @@ def download_artifact(artifact_id: str, principal: PrincipalDep, services: Servi
 @router.get("/{artifact_id}/manifest", summary="An artifact's manifest (kernels, schedules, provenance)")
 def artifact_manifest(artifact_id: str, principal: PrincipalDep, services: ServicesDep) -> dict[str, Any]:
     return dict(_artifact_or_404(services, principal, artifact_id).manifest)
+
+
+@router.get(
+    "/{artifact_id}/profile",
+    summary="Run the artifact on the server: each kernel's time, beside onnxruntime's per-node profile",
+    responses=errors(409),
+)
+def artifact_profile(
+    artifact_id: str,
+    principal: PrincipalDep,
+    services: ServicesDep,
+    runs: Annotated[int, Query(ge=1, le=MAX_RUNS, description="Runs to take the medians over.")] = 10,
+) -> ProfileOut:
+    info = _artifact_or_404(services, principal, artifact_id)
+    path = services.blobs.path(info.blob_key)
+    if not path.is_file():
+        raise NotFoundError(f"artifact {artifact_id!r} has lost its file (blob {info.blob_key})")
+    model = _model_bytes(services, principal, info)
+    key = services.settings.artifact_key
+    secret = None if key is None else key.get_secret_value().encode()
+    result = sandboxed(
+        services, profile_artifact, path.read_bytes(), secret, model, runs, what="the artifact's profile"
+    )
+    return ProfileOut.model_validate(result)
+
+
+def _model_bytes(services: ServicesDep, principal: Principal, info: ArtifactInfo) -> bytes | None:
+    """The ONNX model the artifact was compiled from (None when it is gone)."""
+    with services.db.read_session() as session:
+        job = repo.get_job(session, "compile", principal.tenant_id, info.compilation_id)
+        tenant = principal.tenant_id
+        model = None if job is None else repo.get_model(session, tenant, job.model_id, include_deleted=True)
+    if model is None:
+        return None
+    try:
+        return services.blobs.read_bytes(model.blob_key)
+    except BlobError:
+        return None

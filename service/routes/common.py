@@ -27,6 +27,7 @@ _DESCRIPTIONS = {
     403: "The key may not do this (admin only).",
     404: "No such resource for this tenant.",
     413: "The upload is over the size limit.",
+    409: "The resource cannot do this here (e.g. an artifact built for a CPU this server is not).",
     415: "Wrong content type.",
     422: "Invalid input; the message names what was wrong.",
     503: "The database is unavailable.",

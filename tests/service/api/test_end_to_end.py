@@ -96,6 +96,13 @@ def tune_compile_run(
     path = tmp_path / "model.temper"
     assert client.download_artifact(comp.artifact_id, path) == raw.headers["X-Content-SHA256"]
 
+    # where the time goes, measured on the server, beside onnxruntime's own per-node profile
+    profile = client.artifact_profile(comp.artifact_id, runs=3)
+    assert {k.kernel for k in profile.kernels} <= {k["symbol"] for k in manifest["kernels"]}
+    assert profile.runs == 3 and profile.total_s > 0 and abs(sum(k.share for k in profile.kernels) - 1) < 1e-6
+    assert all(k.nodes for k in profile.kernels) and profile.onnxruntime is not None
+    assert profile.onnxruntime.ops and all(op.seconds >= 0 and op.op for op in profile.onnxruntime.ops)
+
     module = load(path)
     rng = np.random.default_rng(0)
     feeds = {s.name: rng.uniform(-1, 1, s.shape).astype(s.dtype) for s in module.inputs}

@@ -143,6 +143,7 @@ V1_ROUTES = [
     ("POST", f"/v1/tuning-jobs/{UNKNOWN_ID}/cancel"),
     ("GET", f"/v1/artifacts/{UNKNOWN_ID}"),
     ("GET", f"/v1/artifacts/{UNKNOWN_ID}/manifest"),
+    ("GET", f"/v1/artifacts/{UNKNOWN_ID}/profile"),
     ("GET", "/v1/records/export"),
     ("GET", "/v1/records"),
     ("GET", "/v1/records/targets"),
@@ -243,6 +244,7 @@ def test_other_tenants_ids_are_404(
             ("POST", f"/v1/tuning-jobs/{tune_id}/cancel"),
             ("GET", f"/v1/artifacts/{artifact.id}"),
             ("GET", f"/v1/artifacts/{artifact.id}/manifest"),
+            ("GET", f"/v1/artifacts/{artifact.id}/profile"),
         ]:
             resource_id = path.split("/")[3]
             assert_error(http.request(method, path, headers=bob), 404, "not_found", resource_id)
@@ -259,6 +261,12 @@ def test_other_tenants_ids_are_404(
     assert download.status_code == 200 and download.content == artifact_bytes
     assert download.headers["X-Content-SHA256"] == hashlib.sha256(artifact_bytes).hexdigest()
     assert int(download.headers["Content-Length"]) == len(artifact_bytes)
+    with nothing_stored(idle_server):  # bytes that are no artifact cannot run: a clear 409, no 500
+        profile = http.get(f"/v1/artifacts/{artifact.id}/profile", headers=alice)
+        assert_error(profile, 409, "cannot_run_here", "cannot run on this server")
+    assert_error(
+        http.get(f"/v1/artifacts/{artifact.id}/profile?runs=0", headers=alice), 422, "invalid_request", "runs"
+    )
     cancelled = http.post(f"/v1/tuning-jobs/{tune_id}/cancel", headers=alice)
     assert cancelled.status_code == 202 and cancelled.json()["state"] == "cancelled"
     assert http.get("/v1/tuning-jobs?state=cancelled", headers=alice).json()[0]["id"] == tune_id
@@ -295,6 +303,7 @@ def test_unknown_ids_are_404(
             ("POST", "/v1/tuning-jobs/{}/cancel"),
             ("GET", "/v1/artifacts/{}"),
             ("GET", "/v1/artifacts/{}/manifest"),
+            ("GET", "/v1/artifacts/{}/profile"),
         ]:
             response = http.request(method, path.format(ident), headers=headers)
             assert_error(response, 404, "not_found")
