@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from compiler.graph.interpret import run_graph
+from compiler.graph.passes.fuse import Group
 from compiler.kernels import Workload
 from compiler.pipeline import CompileOptions, Frontier, ModelInput, build_frontier, winograd_alternatives
 from compiler.planner import pack_constant
@@ -23,7 +24,7 @@ class Task:
 
     name: str
     workload: Workload
-    group: Any  # compiler.graph.passes.fuse.Group
+    group: Group  # the fused group (its body is the reference the candidates are checked against)
     weight: int
     flops: int
     alternative_of: str | None = None

@@ -9,12 +9,11 @@ then warm-starts from every record of the target, not only those of the model be
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from compiler.errors import CompilerError
-from compiler.graph.ir import Call, Graph
 from compiler.graph.parser import parse_graph
+from compiler.graph.passes.fuse import Group
 from compiler.graph.printer import print_graph
 from compiler.kernels import Workload, lower_group
 from compiler.ops import registry
@@ -25,17 +24,7 @@ from tuner.task import Task
 DESCRIPTION_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _Group:
-    """The parts of compiler.graph.passes.fuse.Group that lowering reads."""
-
-    name: str
-    params: tuple[Any, ...]
-    body: Graph
-    anchor: Call | None
-
-
-def describe(name: str, group: Any, const_params: frozenset[str], anchor_op: str | None) -> dict[str, Any]:
+def describe(name: str, group: Group, const_params: frozenset[str], anchor_op: str | None) -> dict[str, Any]:
     return {
         "version": DESCRIPTION_VERSION,
         "name": name,
@@ -95,7 +84,7 @@ def rebuild_task(description: Mapping[str, Any], target: Target) -> Task | None:
     if workload is None:
         return None
     body = parse_graph(description["body"], {})
-    group = _Group(str(description.get("name", "kernel")), body.inputs, body, None)
+    group = Group(str(description.get("name", "kernel")), body.inputs, body, None)
     return Task(workload.func.name, workload, group, 1, workload.flops)
 
 
@@ -109,7 +98,7 @@ def rebuild(description: Mapping[str, Any], target: Target) -> Workload | None:
             (c for c in body.calls() if registry.get(c.op).pattern in (Pattern.ANCHOR, Pattern.REDUCTION)),
             None,
         )
-        group = _Group(description.get("name", "kernel"), body.inputs, body, anchor)
+        group = Group(str(description.get("name", "kernel")), body.inputs, body, anchor)
         consts = frozenset(int(p[1:]) for p in description.get("const_params", []))
         return lower_group(group, group.name, target, consts)
     except (CompilerError, KeyError, ValueError, TypeError, IndexError, RecursionError):
