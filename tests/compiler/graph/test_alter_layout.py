@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.graph.ir import Graph
+from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, alter_conv_layout, optional_passes, run_passes
 from compiler.graph.passes.alter_layout import why_planar
 from tests.compiler.graph.graph_builders import CONV, call, const, graph, var
@@ -97,7 +97,7 @@ def test_a_value_read_by_blocked_and_planar_ops_is_converted_once() -> None:
     assert next(c for c in out.calls() if c.op == "max_pool2d").type.ndim == 5
     for c in out.calls():
         if c.op == "layout_transform":
-            assert c.args[0].__class__.__name__ != "Call" or c.args[0].op != "layout_transform"
+            assert not (isinstance(c.args[0], Call) and c.args[0].op == "layout_transform")
 
 
 def test_graphs_without_blockable_convs_or_without_a_block_are_unchanged() -> None:
