@@ -104,11 +104,11 @@ class Client:
         _raise_for(response)
         return response
 
-    def _typed(self, kind: type[T] | Any, method: str, path: str, **kwargs: Any) -> T:
+    def _typed(self, kind: type[T], method: str, path: str, **kwargs: Any) -> T:
         data = self._request(method, path, **kwargs).json()
         if isinstance(kind, type) and issubclass(kind, BaseModel):
-            return kind.model_validate(data)  # type: ignore[return-value]
-        return TypeAdapter(kind).validate_python(data)  # type: ignore[no-any-return]
+            return kind.model_validate(data)
+        return TypeAdapter(kind).validate_python(data)
 
     # --- health --------------------------------------------------------------------------------
 

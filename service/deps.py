@@ -30,7 +30,9 @@ class Services:
 
 
 def get_services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
+    # Starlette's app state is untyped (Any); the lifespan (service.app) stores a Services there
+    services: Services = request.app.state.services
+    return services
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

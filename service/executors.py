@@ -50,7 +50,9 @@ class DaskExecutors:
         self.address = address
         self.wait_for_workers_s = wait_for_workers_s
         try:
-            self.client: Any = Client(address, timeout=timeout_s, set_as_default=False)
+            self.client: Any = Client(  # type: ignore[no-untyped-call]  # Client.__init__ is unannotated
+                address, timeout=timeout_s, set_as_default=False
+            )
         except (OSError, TimeoutError) as exc:
             raise ExecutorError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
 

@@ -49,7 +49,7 @@ def onnxruntime_profile(model: bytes, feeds: Mapping[str, np.ndarray], runs: int
     """{"ops": [{node, op, seconds}], "total_s"}: each node's median kernel time per run from
     onnxruntime's own profiler (SessionOptions.enable_profiling), or None without onnxruntime."""
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # type: ignore[import-untyped]  # ships no type information
     except ImportError:
         return None
     from compiler.frontend.onnx import parse_model

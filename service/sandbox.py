@@ -67,7 +67,7 @@ def run_limited(fn: Callable[..., Any], *args: Any, seconds: float, memory_bytes
 
     ctx = mp_context()
     if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload(_PRELOAD)  # type: ignore[attr-defined]
+        ctx.set_forkserver_preload(_PRELOAD)
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(
         target=_child, args=(send, fn, args, memory_bytes, os.getpid()), name="temper-sandbox", daemon=True

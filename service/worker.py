@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -52,6 +52,13 @@ class JobError(Exception):
 def default_worker_id() -> str:
     """host-pid-random: unique per worker, readable in the jobs table."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class _Carried(TypedDict):
+    """What an attempt carries over from the job's earlier ones: progress_to_json's keywords."""
+
+    elapsed_offset: float
+    trials_base: int | None
 
 
 def progress_to_json(
@@ -372,7 +379,7 @@ class Worker:
         # from the records there before the job began, so its earlier attempts' records are spent
         base = previous.get("trials_base")
         since = base if isinstance(base, int) else None
-        carried = {"elapsed_offset": float(previous.get("elapsed_s") or 0.0), "trials_base": since}
+        carried: _Carried = {"elapsed_offset": float(previous.get("elapsed_s") or 0.0), "trials_base": since}
         budget = params.time_budget_s
         # the job's own budget, and never past the deployment's job time limit
         left = self._time_left(job)
@@ -401,7 +408,7 @@ class Worker:
             return _Outcome("succeeded", release=True)
         return _Outcome("succeeded", result=result)
 
-    def _progress_writer(self, job: JobInfo, carried: Mapping[str, Any]) -> Callable[[Any], None]:
+    def _progress_writer(self, job: JobInfo, carried: _Carried) -> Callable[[Any], None]:
         def write(progress: Any) -> None:
             try:
                 with self.db.write_session() as s:

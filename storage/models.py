@@ -8,7 +8,7 @@ as is) and their mean/median as plain floats, so "the fastest record" is an inde
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy import BigInteger, Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -79,7 +79,8 @@ class TuningRecordRow(Base):
 
 # --- the service: tenants and their keys, models, jobs, artifacts ---------------------------------
 
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JOB_STATES: tuple[JobState, ...] = get_args(JobState)
 _STATE_CHECK = "state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')"
 
 
@@ -126,19 +127,24 @@ class ModelRow(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class _JobColumns:
+class JobRow(Base):
     """What every job has: who asked for what, and the lease of the worker running it.
 
     A job is `queued` until a worker claims it (`running`, `worker_id`, `lease_expires_at`); the
     worker renews the lease while it works, and a running job whose lease has expired may be
     claimed by another worker (its previous worker died). `attempts` counts the claims.
+
+    Abstract (no table of its own): each kind of job has its table with these columns, and code
+    that handles either kind is typed with this class.
     """
+
+    __abstract__ = True
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
     model_id: Mapped[str] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
     params: Mapped[dict[str, Any]] = mapped_column(JsonType)
-    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    state: Mapped[JobState] = mapped_column(String(16), default="queued", index=True)  # _STATE_CHECK
     error: Mapped[str | None] = mapped_column(Text)
     worker_id: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -149,7 +155,7 @@ class _JobColumns:
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class CompilationRow(_JobColumns, Base):
+class CompilationRow(JobRow):
     """A compile job; when it succeeds, `artifact_id` names the artifact it produced."""
 
     __tablename__ = "compilations"
@@ -159,7 +165,7 @@ class CompilationRow(_JobColumns, Base):
     artifact_id: Mapped[str | None] = mapped_column(String(32))
 
 
-class TuningJobRow(_JobColumns, Base):
+class TuningJobRow(JobRow):
     """A tuning job; `progress` is the latest tuner progress as JSON (see service.worker)."""
 
     __tablename__ = "tuning_jobs"

@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from alembic.util import CommandError
-from sqlalchemy import URL, Engine, Select, func, select, update
+from sqlalchemy import URL, CursorResult, Engine, Select, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -146,12 +146,17 @@ class SqlDatabase:
             pair = (TuningRecordRow.workload_id == workload_id, TuningRecordRow.target_key == target_key)
             session.execute(update(TuningRecordRow).where(*pair).values(model_secs=None))
             for record_id, value in secs.items():
-                done = session.execute(
-                    update(TuningRecordRow)
-                    .where(*pair, TuningRecordRow.id == record_id, TuningRecordRow.error_kind.is_(None))
-                    .values(model_secs=float(value))
+                # an UPDATE's result is a CursorResult (which has the rowcount); Session.execute is
+                # annotated with the base Result whatever the statement
+                done = cast(
+                    CursorResult[Any],
+                    session.execute(
+                        update(TuningRecordRow)
+                        .where(*pair, TuningRecordRow.id == record_id, TuningRecordRow.error_kind.is_(None))
+                        .values(model_secs=float(value))
+                    ),
                 )
-                if done.rowcount != 1:  # type: ignore[attr-defined]
+                if done.rowcount != 1:
                     raise StorageError(
                         f"no successful record {record_id} of workload {workload_key[:12]} on {target_key}"
                     )

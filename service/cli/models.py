@@ -147,7 +147,7 @@ def _stats(array: np.ndarray) -> tuple[str, str, str]:
     if array.size == 0:
         return "-", "-", "-"
     values = array.astype(np.float64)
-    return tuple(f"{v:.6g}" for v in (values.min(), values.max(), values.mean()))  # type: ignore[return-value]
+    return f"{values.min():.6g}", f"{values.max():.6g}", f"{values.mean():.6g}"
 
 
 @app.command("run")

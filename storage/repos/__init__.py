@@ -11,6 +11,7 @@ Callers use the package as one namespace: `from storage import repos as repo`, t
 `repo.create_model(s, tenant_id=..., ...)`.
 """
 
+from storage.models import JobState
 from storage.repos.artifacts import ArtifactInfo, create_artifact, get_artifact
 from storage.repos.common import NotWriteSessionError
 from storage.repos.jobs import (
@@ -19,7 +20,6 @@ from storage.repos.jobs import (
     TERMINAL_STATES,
     JobInfo,
     JobKind,
-    JobState,
     UnknownModelError,
     claim_job,
     count_jobs_by_state,

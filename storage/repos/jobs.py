@@ -19,20 +19,18 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from storage.errors import StorageError
-from storage.models import JOB_STATES, CompilationRow, TuningJobRow
+from storage.models import JOB_STATES, CompilationRow, JobRow, JobState, TuningJobRow
 from storage.repos.common import _new_id, _now, _require_write
 from storage.repos.models import _model_row
 
 JobKind = Literal["compile", "tune"]
-JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 JOB_KINDS: tuple[JobKind, ...] = get_args(JobKind)
 TERMINAL_STATES: tuple[JobState, ...] = ("succeeded", "failed", "cancelled")
 MAX_ATTEMPTS = 5  # claims of one job; a job whose workers keep dying is failed, not retried forever
-_TABLES: dict[str, type[CompilationRow] | type[TuningJobRow]] = {
+_TABLES: dict[str, type[JobRow]] = {
     "compile": CompilationRow,
     "tune": TuningJobRow,
 }
-assert set(JOB_STATES) == set(get_args(JobState))
 
 
 class UnknownModelError(StorageError, LookupError):
@@ -132,7 +130,7 @@ def request_cancel(s: Session, *, kind: JobKind, tenant_id: int, id: str) -> Job
 
 def count_jobs_by_state(s: Session) -> dict[tuple[JobKind, JobState], int]:
     """How many jobs of each kind are in each state (every pair present, zeros included)."""
-    counts: dict[tuple[JobKind, JobState], int] = {(k, st): 0 for k in JOB_KINDS for st in JOB_STATES}  # type: ignore[misc]
+    counts: dict[tuple[JobKind, JobState], int] = {(k, st): 0 for k in JOB_KINDS for st in JOB_STATES}
     for kind in JOB_KINDS:
         table = _table(kind)
         for state, n in s.execute(select(table.state, func.count()).group_by(table.state)):
@@ -160,7 +158,7 @@ def claim_job(
     _require_write(s)
     now = now or _now()
     _settle_abandoned(s, kinds=kinds, now=now)
-    best: tuple[JobKind, CompilationRow | TuningJobRow] | None = None
+    best: tuple[JobKind, JobRow] | None = None
     for kind in kinds:
         table = _table(kind)
         claimable = and_(
@@ -309,21 +307,21 @@ def _settle_abandoned(s: Session, *, kinds: Iterable[JobKind], now: datetime) ->
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _table(kind: str) -> type[CompilationRow] | type[TuningJobRow]:
+def _table(kind: str) -> type[JobRow]:
     try:
         return _TABLES[kind]
     except KeyError:
         raise ValueError(f"job kind must be one of {', '.join(JOB_KINDS)}, not {kind!r}") from None
 
 
-def _job(kind: JobKind, row: CompilationRow | TuningJobRow) -> JobInfo:
+def _job(kind: JobKind, row: JobRow) -> JobInfo:
     return JobInfo(
         id=row.id,
         kind=kind,
         tenant_id=row.tenant_id,
         model_id=row.model_id,
         params=dict(row.params),
-        state=row.state,  # type: ignore[arg-type]
+        state=row.state,
         error=row.error,
         artifact_id=row.artifact_id if isinstance(row, CompilationRow) else None,
         progress=dict(row.progress) if isinstance(row, TuningJobRow) and row.progress is not None else None,

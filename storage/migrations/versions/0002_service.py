@@ -8,6 +8,7 @@ Created: 2026-11-28
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -31,8 +32,8 @@ def _tenant_fk(table: str) -> sa.ForeignKeyConstraint:
     )
 
 
-def _job_table(table: str, extra: sa.Column) -> None:
-    """The columns every job has (storage.models._JobColumns) plus the one of its kind."""
+def _job_table(table: str, extra: sa.Column[Any]) -> None:
+    """The columns every job has (storage.models.JobRow) plus the one of its kind."""
     op.create_table(
         table,
         extra,
