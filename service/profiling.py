@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,54 @@ def onnxruntime_profile(model: bytes, feeds: Mapping[str, np.ndarray], runs: int
             session.run(None, inputs)
         events = json.loads(Path(session.end_profiling()).read_text())
     return _per_node(events, runs)
+
+
+def onnxruntime_latency(model: bytes, shapes: Mapping[str, Sequence[int]], runs: int = 20) -> float | None:
+    """onnxruntime's median latency for `model` with these input shapes on seeded random inputs (the
+    reference line of a tuning curve); None without onnxruntime or with an unbound dimension, and a
+    ProfileError naming why when onnxruntime cannot run the model."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    from compiler.frontend.onnx import parse_model
+
+    parse_model(model)  # the frontend's guard first: no external data, sizes within the limits
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feeds: dict[str, np.ndarray] = {}
+        for spec in session.get_inputs():
+            shape = tuple(shapes.get(spec.name, spec.shape))
+            if not all(isinstance(d, int) and d > 0 for d in shape):
+                return None  # a dynamic dimension nobody bound: nothing comparable to time
+            dtype = _ORT_DTYPES.get(spec.type)
+            if dtype is None:
+                return None
+            kind = np.dtype(dtype).kind
+            values = rng.standard_normal(shape) if kind == "f" else rng.integers(0, 2, shape)
+            feeds[spec.name] = values.astype(dtype)
+        session.run(None, feeds)  # warm-up
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            session.run(None, feeds)
+            times.append(time.perf_counter() - start)
+    except Exception as exc:  # onnxruntime's own errors have no common type
+        raise ProfileError(f"onnxruntime cannot run the model: {type(exc).__name__}: {exc}") from None
+    return statistics.median(times)
+
+
+_ORT_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+}
 
 
 def _per_node(events: list[dict[str, Any]], runs: int) -> dict[str, Any]:

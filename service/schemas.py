@@ -169,6 +169,9 @@ class ProgressOut(_Response):
     default_latency_s: float | None = Field(
         None, description="The model's latency estimated from every kernel's default schedule (untuned)."
     )
+    onnxruntime_latency_s: float | None = Field(
+        None, description="onnxruntime's latency for the same model on this server (when installed)."
+    )
     finished: bool = False
     phase: str = Field("search", description="'search', then 'confirm' while finalists run in the model.")
     confirmation: ConfirmationOut | None = None

@@ -59,10 +59,15 @@ class _Carried(TypedDict):
 
     elapsed_offset: float
     trials_base: int | None
+    onnxruntime_latency_s: float | None
 
 
 def progress_to_json(
-    progress: Any, *, elapsed_offset: float = 0.0, trials_base: int | None = None
+    progress: Any,
+    *,
+    elapsed_offset: float = 0.0,
+    trials_base: int | None = None,
+    onnxruntime_latency_s: float | None = None,
 ) -> dict[str, Any]:
     """A tuner.tune.Progress as the JSON a tuning job stores (infinities and NaN become null).
 
@@ -74,6 +79,8 @@ def progress_to_json(
     if trials_base is not None:
         data["trials_base"] = trials_base
     data["elapsed_s"] = float(progress.elapsed_s) + elapsed_offset
+    if onnxruntime_latency_s is not None:
+        data["onnxruntime_latency_s"] = onnxruntime_latency_s
     data["curve"] = [
         [n, latency, None if at is None else at + elapsed_offset] for n, latency, at in data["curve"]
     ]
@@ -379,7 +386,14 @@ class Worker:
         # from the records there before the job began, so its earlier attempts' records are spent
         base = previous.get("trials_base")
         since = base if isinstance(base, int) else None
-        carried: _Carried = {"elapsed_offset": float(previous.get("elapsed_s") or 0.0), "trials_base": since}
+        reference = previous.get("onnxruntime_latency_s")  # measured once per job, by its first attempt
+        if reference is None and not previous:
+            reference = self._onnxruntime_latency(job, model, options.shapes)
+        carried: _Carried = {
+            "elapsed_offset": float(previous.get("elapsed_s") or 0.0),
+            "trials_base": since,
+            "onnxruntime_latency_s": reference,
+        }
         budget = params.time_budget_s
         # the job's own budget, and never past the deployment's job time limit
         left = self._time_left(job)
@@ -407,6 +421,27 @@ class Worker:
         if ctl.stopped_early:
             return _Outcome("succeeded", release=True)
         return _Outcome("succeeded", result=result)
+
+    def _onnxruntime_latency(self, job: JobInfo, model: bytes, shapes: Mapping[str, Any]) -> float | None:
+        """onnxruntime's latency for the job's model on this machine (a tuning curve's reference
+        line), timed in the sandbox before the search starts; None when it cannot be had."""
+        from compiler.errors import CompilerError
+        from service.profiling import onnxruntime_latency
+        from service.sandbox import SandboxCrash, run_limited
+
+        try:
+            latency: float | None = run_limited(
+                onnxruntime_latency,
+                model,
+                dict(shapes),
+                seconds=min(self.settings.compile_timeout_s, self._time_left(job)),
+                memory_bytes=self.settings.compile_memory_bytes,
+                what="onnxruntime's timing",
+            )
+        except (CompilerError, SandboxCrash) as exc:
+            log.warning("worker %s: job %s has no onnxruntime reference: %s", self.worker_id, job.id, exc)
+            return None
+        return latency
 
     def _progress_writer(self, job: JobInfo, carried: _Carried) -> Callable[[Any], None]:
         def write(progress: Any) -> None:

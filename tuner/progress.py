@@ -89,6 +89,8 @@ class Progress:
     eta_s: float | None = None
     # the model's latency estimated from every task's default schedule (what an untuned compile runs)
     default_latency_s: float = INF
+    # onnxruntime's latency for the same model on the same machine, when the service measured it
+    onnxruntime_latency_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.eta_s is None and self.trials_done > 0 and not self.finished:
@@ -107,6 +109,7 @@ class Progress:
             "tasks": [t.to_json() for t in self.tasks],
             "curve": [[int(n), _num(latency), _num(at)] for n, latency, at in self.curve],
             "default_latency_s": _num(self.default_latency_s),
+            "onnxruntime_latency_s": _num(self.onnxruntime_latency_s),
             "finished": bool(self.finished),
             "phase": str(self.phase),
             "confirmation": self.confirmation,
@@ -130,7 +133,12 @@ class Progress:
             stop_reason=None if data.get("stop_reason") is None else str(data["stop_reason"]),
             eta_s=None if data.get("eta_s") is None else float(data["eta_s"]),
             default_latency_s=_secs(data.get("default_latency_s")),
+            onnxruntime_latency_s=_optional(data.get("onnxruntime_latency_s")),
         )
+
+
+def _optional(value: Any) -> float | None:
+    return None if value is None else _num(float(value))
 
 
 def _point(item: Any) -> tuple[int, float, float | None]:

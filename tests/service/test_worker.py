@@ -104,6 +104,8 @@ def test_tune_then_compile_with_the_tuned_records(worker: Worker) -> None:
     assert all(at is not None for at in times) and times == sorted(times)  # the curve against wall time
     assert progress["default_latency_s"] >= progress["estimated_latency_s"] > 0  # tuned never slower
     assert all(t["curve"] for t in progress["tasks"])  # every task's best, as it improved
+    # onnxruntime's latency for the same model here, timed before the search: the curve's reference
+    assert progress["onnxruntime_latency_s"] is not None and progress["onnxruntime_latency_s"] > 0
     assert len(_records(worker.db)) == 4
 
     compile_job = _submit(worker, "compile", {"use_tuned": True, "opt_level": 3})

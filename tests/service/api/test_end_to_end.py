@@ -63,6 +63,8 @@ def tune_compile_run(
     progress = job.progress
     assert progress is not None and progress.finished and progress.trials_done == trials
     assert progress.curve and sum(t.trials for t in progress.tasks) == trials
+    assert progress.onnxruntime_latency_s and progress.default_latency_s  # the curve's reference lines
+    assert all(len(point) == 3 for point in progress.curve)  # trials, latency, wall time
     measured = [t for t in progress.tasks if t.trials > 0]
     if len(measured) == len(progress.tasks):  # else some kernel has no time yet: latency unknown (null)
         assert progress.estimated_latency_s is not None and progress.estimated_latency_s > 0
