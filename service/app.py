@@ -28,7 +28,7 @@ from service.deps import Services, auth_error
 from service.errors import install_error_handlers
 from service.limits import MULTIPART_SLACK, BodyLimitMiddleware
 from service.metrics import JobCollector, Metrics, MetricsMiddleware
-from service.routes import ROUTERS
+from service.routes import ROUTERS, dashboard
 from storage import repos as repo
 from storage.blobs import BlobStore
 from storage.models import TuningRecordRow
@@ -95,7 +95,7 @@ def _json_errors_in_openapi(app: FastAPI) -> None:
                         response["content"] = {"application/json": {"schema": refs[0]}}
         return schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI declares it a method; replacing it customises the schema
 
 
 def _serve_docs(app: FastAPI) -> None:
@@ -174,7 +174,7 @@ def create_app(settings: Settings) -> FastAPI:
         ],
     )
     install_error_handlers(app, auth_error)
-    for router in ROUTERS:
+    for router in (*ROUTERS, dashboard.router):
         app.include_router(router)
     _json_errors_in_openapi(app)
     _serve_docs(app)
