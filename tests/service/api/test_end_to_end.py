@@ -63,11 +63,13 @@ def tune_compile_run(
     progress = job.progress
     assert progress is not None and progress.finished and progress.trials_done == trials
     assert progress.curve and sum(t.trials for t in progress.tasks) == trials
-    assert progress.onnxruntime_latency_s and progress.default_latency_s  # the curve's reference lines
+    assert progress.onnxruntime_latency_s  # the curve's reference line, timed on this server
     assert all(len(point) == 3 for point in progress.curve)  # trials, latency, wall time
     measured = [t for t in progress.tasks if t.trials > 0]
     if len(measured) == len(progress.tasks):  # else some kernel has no time yet: latency unknown (null)
         assert progress.estimated_latency_s is not None and progress.estimated_latency_s > 0
+        assert progress.default_latency_s is not None  # the untuned reference line
+        assert progress.default_latency_s >= progress.estimated_latency_s
     assert measured and all(t.best_secs and t.best_gflops for t in measured)
 
     # the records the job made, with their ids, as `temper records list` shows them
