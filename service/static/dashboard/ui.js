@@ -1,7 +1,7 @@
 // Small DOM helpers the pages share: element building, tables, formatting, error boxes and the
 // name/value row editors (input shapes, compile overrides).
 
-import { describeError } from "./api.js";
+import { describeError, getJSON } from "./api.js";
 
 /** h("button", {type: "button", onclick: fn, class: "x"}, "text", child, [more]) */
 export function h(tag, attrs = {}, ...children) {
@@ -215,6 +215,19 @@ export function modelSelect(models, selected) {
     { required: true },
     models.map((m) => h("option", { value: m.id, selected: m.id === selected }, `${m.name} (${shortId(m.id)})`)),
   );
+}
+
+/** Lists the tenant's models into `slot`: `form(models)`, or a note to upload one first; returns
+ * model id -> name (empty when the list could not be had, which `slot` then says). */
+export async function modelsForm(slot, form) {
+  try {
+    const models = await getJSON("v1/models");
+    slot.replaceChildren(models.length ? form(models) : h("p", { class: "empty card" }, "Upload a model first (Models page)."));
+    return new Map(models.map((m) => [m.id, m.name]));
+  } catch (error) {
+    showError(slot, error, "Could not list the models");
+    return new Map();
+  }
 }
 
 /** The current hash route's query parameters, e.g. #/tuning?model=abc -> {model: "abc"}. */

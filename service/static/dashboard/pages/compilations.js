@@ -1,9 +1,9 @@
 // Compilations: compile a model (tuned records or not, per-node schedule overrides, shapes), list
 // the compilations (polled while any runs), download an artifact, open its manifest and profile.
 
-import { describeError, download, getJSON, postJSON } from "../api.js";
+import { download, getJSON, postJSON } from "../api.js";
 import {
-  busy, checkbox, clear, field, fmtBytes, fmtDate, h, hashParams, modelSelect, pairsEditor, shapesEditor,
+  busy, checkbox, clear, field, fmtBytes, fmtDate, h, hashParams, modelSelect, modelsForm, pairsEditor, shapesEditor,
   shortId, showError, stateBadge, statusLine, table,
 } from "../ui.js";
 
@@ -173,15 +173,7 @@ export function render(container) {
 
   (async () => {
     listSlot.replaceChildren(statusLine("Loading…"));
-    try {
-      const models = await getJSON("v1/models");
-      names = new Map(models.map((m) => [m.id, m.name]));
-      formSlot.replaceChildren(
-        models.length ? compileForm(models, params.model, () => refresh()) : h("p", { class: "empty card" }, "Upload a model first (Models page)."),
-      );
-    } catch (error) {
-      formSlot.replaceChildren(h("p", { class: "error", role: "alert" }, `Could not list the models: ${describeError(error)}`));
-    }
+    names = await modelsForm(formSlot, (models) => compileForm(models, params.model, () => refresh()));
     refresh();
   })();
 

@@ -4,7 +4,7 @@
 import { getJSON, postJSON } from "../api.js";
 import { hasWallTime, tuningCurve } from "../curve.js";
 import {
-  busy, clear, facts, field, fmtDuration, fmtFlops, fmtSeconds, h, hashParams, modelSelect, shapesEditor,
+  busy, clear, facts, field, fmtDuration, fmtFlops, fmtSeconds, h, hashParams, modelSelect, modelsForm, shapesEditor,
   shortId, showError, stateBadge, statusLine, table,
 } from "../ui.js";
 
@@ -287,19 +287,11 @@ export function render(container, { id }) {
 
   (async () => {
     listSlot.replaceChildren(statusLine("Loading…"));
-    try {
-      const models = await getJSON("v1/models");
-      names = new Map(models.map((m) => [m.id, m.name]));
-      formSlot.replaceChildren(
-        models.length
-          ? submitForm(models, params.model, (job) => {
-              location.hash = `#/tuning/${job.id}`;
-            })
-          : h("p", { class: "empty card" }, "Upload a model first (Models page)."),
-      );
-    } catch (error) {
-      showError(formSlot, error, "Could not list the models");
-    }
+    names = await modelsForm(formSlot, (models) =>
+      submitForm(models, params.model, (job) => {
+        location.hash = `#/tuning/${job.id}`;
+      }),
+    );
     refresh();
   })();
 
