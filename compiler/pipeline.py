@@ -192,7 +192,9 @@ def _optimize(b: Build) -> None:
         return
     if not any(n.op == "conv2d_winograd_nchwc" for n in b.optimized.calls()):
         return
-    probe = replace(b, options=replace(b.options, overrides={}), after_pass=list(b.after_pass))
+    # the probe's own lists: its partition must not land in this build's passes
+    bare = replace(b.options, overrides={})
+    probe = replace(b, options=bare, passes=list(b.passes), after_pass=list(b.after_pass))
     for stage in (_partition, _lower):
         stage(probe)
     forced = measured_direct(b.model, b.options, probe.need_frontier(), b.schedules)

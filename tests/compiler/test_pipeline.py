@@ -163,9 +163,12 @@ def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
         assert len(algorithms[expect]) == 1 and not algorithms["winograd" if expect == "direct" else "direct"]
         if expect == "direct":
             assert "measured its direct kernel faster" in next(iter(algorithms["direct"].values()))
+        passes = compiled.manifest["passes"]
+        assert len(passes) == len(set(passes)) and passes[-1] == "fuse_ops"  # each pass once, as it ran
         used = {k["workload_key"]: k["schedule"]["source"] for k in compiled.manifest["kernels"]}
         assert used[alt.twin.key if expect == "direct" else wino.key] == "record"
     # without measurements of both, the rule stands
     only_one = _Timed({alt.twin.key: 1e-6})
     only_one.traces = {alt.twin.key: default_schedule(alt.twin)[0].trace}
-    assert compile_model(data, CompileOptions(), only_one).manifest["conv_algorithms"]["winograd"]
+    kept = compile_model(data, CompileOptions(), only_one).manifest
+    assert kept["conv_algorithms"]["winograd"] and kept["passes"].count("fuse_ops") == 1
