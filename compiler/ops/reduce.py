@@ -6,16 +6,27 @@ The frontend resolves ONNX defaults (missing axes = all axes) before building th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from compiler.errors import ScheduleError
 from compiler.ops.common import FLOAT, NUMERIC, expect_args, expect_dtype, fail, int_attr, ints_attr
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import Expr, FloatImm
+from compiler.tir.ir import Block, Expr, FloatImm, Load, Var, walk_expr
+from compiler.tir.rules import (
+    MIN_PARALLEL_WORK,
+    KernelInfo,
+    block_of,
+    inline_injective,
+    root_loops,
+    store_of,
+)
+from compiler.tir.trace import Schedule
 
 
 def reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
@@ -112,6 +123,90 @@ def _reduce_compute(kind: str) -> Callable[..., te.Tensor]:
     return compute
 
 
+# ------------------------------------------------------------------ scheduling
+def _reduction_block(sch: Schedule) -> Block:
+    blocks = [block_of(sch, n) for n in sch.blocks()]
+    found = [b for b in blocks if any(iv.reduce for iv in b.iter_vars)]
+    if len(found) != 1:
+        raise ScheduleError(f"expected one reduction block, found {len(found)}")
+    return found[0]
+
+
+def _reduces_innermost(b: Block) -> bool:
+    """Whether the reduced input's innermost (contiguous) index runs over a reduced axis."""
+    reduced = {iv.var for iv in b.iter_vars if iv.reduce}
+    store = store_of(b)
+    return any(
+        isinstance(e, Load) and e.buffer != store.buffer and e.indices and set(_vars(e.indices[-1])) & reduced
+        for e in walk_expr(store.value)
+    )
+
+
+def _vars(e: Expr) -> list[Var]:
+    return [x for x in walk_expr(e) if isinstance(x, Var)]
+
+
+def reduce_schedule(sch: Schedule, info: KernelInfo) -> None:
+    """Reductions over any axes, in two shapes.
+
+    - The innermost input axis is kept (a blocked NCHW{c} global pool, a reduction over a middle
+      axis): the kept axis becomes the vector, with the reduced loops outside it, so each vector of
+      outputs is summed in registers over unit-stride loads.
+    - The innermost input axis is reduced (a row sum, NCHW global pool): the reduced loops stay
+      innermost, where LLVM vectorizes the reassociable sum along the contiguous row.
+    Either way the outer kept axes run in parallel when there is enough input to share, and the
+    epilogue (mean's division, fused elementwise ops) runs per parallel iteration."""
+    inline_injective(sch, info)
+    red = _reduction_block(sch)
+    loops = root_loops(sch, red.name)
+    bindings = zip(red.iter_vars, red.bindings, strict=True)
+    reduce_vars = {v for iv, bnd in bindings if iv.reduce for v in _vars(bnd)}
+    spatial = [f.var.name for f in loops if f.var not in reduce_vars]
+    reduced = [f.var.name for f in loops if f.var in reduce_vars]
+    if not spatial:
+        raise ScheduleError("the reduction has no kept axis to run in parallel or as vectors")
+    if [f.var.name for f in loops] != spatial + reduced:
+        raise ScheduleError("the reduced loops are not innermost")
+    extents = {f.var.name: f.extent for f in loops}
+    out_name = store_of(red).buffer.name
+    if info.output_block != red.name:
+        sch.set_scope(out_name, "local")
+        consumer: str | None = info.output_block
+    else:
+        consumer = sch.cache_write(red.name)
+    lanes = info.target.lanes(store_of(red).buffer.dtype)
+    work = math.prod(extents.values())
+    vector: str | None = None
+    if not _reduces_innermost(red):
+        inner = spatial[-1]
+        n = extents[inner]
+        options = sorted(({n} if n <= 64 else set()) | {w for w in range(lanes, 65, lanes) if n % w == 0})
+        if options:
+            # several vectors per step: independent sums hide the add's latency
+            default = max((w for w in options if w <= 4 * lanes), default=min(options))
+            width = sch.decide("vector_width", options, default)
+            if width < n:
+                outer_part, vector = sch.split(inner, [None, width])
+                spatial = [*spatial[:-1], outer_part]
+            else:
+                vector, spatial = inner, spatial[:-1]
+            sch.reorder(*spatial, *reduced, vector)
+    threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_WORK and bool(spatial))
+    outer = None
+    if spatial:
+        outer = spatial[0] if len(spatial) == 1 else sch.fuse(*spatial)
+        if threads:
+            sch.parallel(outer)
+    if vector is not None:
+        sch.vectorize(vector)
+    sch.decompose_reduction(red.name, reduced[0])
+    if consumer is not None and outer is not None:
+        sch.reverse_compute_at(consumer, outer)
+        last = root_loops(sch, consumer)[-1]
+        if last.extent <= 64 and last.var.name != outer:
+            sch.vectorize(last.var.name)
+
+
 # reduce_sum(x), attrs: axes, keepdims
 register(
     OpDef(
@@ -120,6 +215,8 @@ register(
         _reduce_infer("reduce_sum", NUMERIC),
         _reduce_sum,
         compute=_reduce_compute("sum"),
+        schedule=reduce_schedule,
+        version=2,  # 2: own schedule (version 1 traces were the generic schedule's)
     )
 )
 # reduce_mean(x), attrs: axes, keepdims
@@ -130,6 +227,8 @@ register(
         _reduce_infer("reduce_mean", (FLOAT,)),
         _reduce_mean,
         compute=_reduce_compute("mean"),
+        schedule=reduce_schedule,
+        version=2,  # 2: own schedule (version 1 traces were the generic schedule's)
     )
 )
 # reduce_max(x), attrs: axes, keepdims
@@ -140,5 +239,7 @@ register(
         _reduce_infer("reduce_max", NUMERIC),
         _reduce_max,
         compute=_reduce_compute("max"),
+        schedule=reduce_schedule,
+        version=2,  # 2: own schedule (version 1 traces were the generic schedule's)
     )
 )

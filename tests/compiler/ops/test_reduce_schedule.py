@@ -1,0 +1,112 @@
+"""The reductions' own schedule: results against onnxruntime over random shapes and axes, and the shape
+of the loop nest it builds (the kept innermost axis as the vector with the reduced loops outside it, or
+the reduced row innermost; the kept axes in parallel when there is enough input)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from compiler.kernels import Workload, choose_rule
+from compiler.pipeline import CompileOptions, frontier_for
+from compiler.tir.ir import For, ForKind, walk_stmts
+from compiler.tir.rules import MIN_PARALLEL_WORK, root_loops
+from compiler.tir.trace import Schedule
+from tests.compiler.frontend.onnx_check import run_ort, single_op
+from tests.compiler.test_compiled_ops import compile_and_run
+
+KINDS = ("ReduceMean", "ReduceSum", "ReduceMax")
+
+
+def _model(kind: str, x: np.ndarray, axes: Sequence[int], keepdims: int) -> tuple[Any, dict[str, np.ndarray]]:
+    return single_op(kind, {"x": x}, {"axes": np.array(axes, np.int64)}, keepdims=keepdims, opset=18)
+
+
+def _workload(model: Any) -> Workload:
+    fr = frontier_for(model.SerializeToString(), CompileOptions(target="haswell"), None)
+    (kernel,) = fr.kernels
+    return kernel.workload
+
+
+class _Record:
+    def __init__(self) -> None:
+        self.asked: dict[str, Any] = {}
+
+    def choose(self, name: str, options: Sequence[Any], default: Any) -> Any:
+        self.asked[name] = default
+        return default
+
+
+def _schedule(w: Workload) -> tuple[Schedule, str, dict[str, Any]]:
+    record = _Record()
+    sch, rule, fallback = choose_rule(w, record)
+    assert fallback is None, fallback
+    return sch, rule, record.asked
+
+
+def _loops(w: Workload) -> tuple[list[For], str, dict[str, Any]]:
+    sch, rule, asked = _schedule(w)
+    return [s for s in walk_stmts(sch.func.body) if isinstance(s, For)], rule, asked
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_random_reductions_match_onnxruntime(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(900 + seed)
+    rank = int(rng.integers(1, 5))
+    shape = [int(rng.choice([1, 2, 3, 7, 16, 17, 40])) for _ in range(rank)]
+    axes = sorted({int(a) for a in rng.integers(0, rank, size=int(rng.integers(1, rank + 1)))})
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    model, feeds = _model(KINDS[seed % 3], x, axes, keepdims=int(rng.integers(0, 2)))
+    want = run_ort(model, feeds)
+    got = compile_and_run(model, feeds, tmp_path, 3)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, atol=1e-4, rtol=1e-4, err_msg=f"{shape} {axes}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_blocked_global_pool_sums_channel_vectors_in_parallel(kind: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """NCHW{16}c reduced over H, W: the 16 kept channels are the vector, the H, W loops outside it."""
+    x = np.random.default_rng(1).standard_normal((1, 4, 30, 30, 16)).astype(np.float32)
+    model, feeds = _model(kind, x, [2, 3], keepdims=1)
+    sch, rule, asked = _schedule(_workload(model))
+    assert rule == {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max"}[kind]
+    assert set(asked) == {"vector_width", "parallel"}
+    # one parallel loop over the 4 channel blocks, the 30 x 30 window, then two 8-lane sums at a time
+    chain = root_loops(sch, "reduce_mean_sum" if kind == "ReduceMean" else rule)
+    assert [(f.extent, f.kind) for f in chain] == [
+        (4, ForKind.PARALLEL),
+        (30, ForKind.SERIAL),
+        (30, ForKind.SERIAL),
+        (16, ForKind.VECTORIZED),
+    ]
+    np.testing.assert_allclose(
+        compile_and_run(model, feeds, tmp_path, 3)["y0"], run_ort(model, feeds)["y0"], rtol=1e-4, atol=1e-4
+    )
+
+
+def test_a_row_reduction_keeps_the_row_innermost_and_rows_in_parallel() -> None:
+    x = np.zeros((64, 1024), np.float32)
+    model, _ = _model("ReduceSum", x, [1], keepdims=0)
+    loops, _, asked = _loops(_workload(model))
+    assert set(asked) == {"parallel"}
+    assert MIN_PARALLEL_WORK <= 64 * 1024
+    assert [f.kind for f in loops if f.extent == 64] == [ForKind.PARALLEL]
+
+
+def test_a_small_reduction_stays_on_one_core() -> None:
+    x = np.zeros((4, 8, 16), np.float32)
+    model, _ = _model("ReduceMean", x, [1], keepdims=1)
+    loops, _, _ = _loops(_workload(model))
+    assert not any(f.kind == ForKind.PARALLEL for f in loops)
+    assert any(f.kind == ForKind.VECTORIZED for f in loops)
+
+
+def test_a_reduction_to_one_value_falls_back_with_its_reason() -> None:
+    x = np.zeros((5, 7), np.float32)
+    model, _ = _model("ReduceSum", x, [0, 1], keepdims=0)
+    _, rule, fallback = choose_rule(_workload(model))
+    assert rule == "generic"
+    assert fallback is not None and "no kept axis" in fallback
