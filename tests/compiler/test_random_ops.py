@@ -334,3 +334,50 @@ def test_dense_layers_with_partial_column_tiles(m: int, k: int, n: int, tmp_path
     x, w, bias = _randn(rng, m, k), _randn(rng, k, n) / np.float32(np.sqrt(k)), _randn(rng, n)
     model, feeds = single_op("Gemm", {"x": x}, {"w": w, "bias": bias})
     _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_diamond_epilogues(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """x * sigmoid(x), x * hardsigmoid(x) and erf-GELU after a conv (planar, blocked, depthwise) or a
+    matmul: one kernel per anchor, matching onnxruntime."""
+    from onnx import TensorProto, helper
+
+    from tests.compiler.frontend.onnx_check import make_model
+
+    rng = np.random.default_rng(700 + seed)
+    act = ["silu", "hardswish", "gelu"][seed % 3]
+    if seed % 4 == 3:
+        m, k, n = (int(v) for v in rng.integers(1, 40, size=3))
+        x, inits = _randn(rng, m, k), {"w": _randn(rng, k, n) / np.float32(np.sqrt(k))}
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="anchor")]
+    else:
+        c = int(rng.choice([3, 16, 24, 48]))
+        groups = c if seed % 4 == 2 else 1
+        oc = c if groups > 1 else int(rng.choice([8, 16, 40]))
+        x = _randn(rng, 1, c, int(rng.integers(5, 20)), int(rng.integers(5, 20)))
+        inits = {
+            "w": _randn(rng, oc, c // groups, 3, 3) / np.float32(np.sqrt(9 * c / groups)),
+            "b": _randn(rng, oc),
+        }
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["a"], pads=[1] * 4, group=groups, name="anchor")]
+    if act == "silu":
+        nodes += [helper.make_node("Sigmoid", ["a"], ["g"]), helper.make_node("Mul", ["a", "g"], ["y"])]
+    elif act == "hardswish":
+        nodes += [
+            helper.make_node("HardSigmoid", ["a"], ["g"], alpha=1 / 6),
+            helper.make_node("Mul", ["a", "g"], ["y"]),
+        ]
+    else:
+        inits |= {"r2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+        nodes += [
+            helper.make_node("Div", ["a", "r2"], ["d"]),
+            helper.make_node("Erf", ["d"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["p"]),
+            helper.make_node("Mul", ["a", "p"], ["q"]),
+            helper.make_node("Mul", ["q", "half"], ["y"]),
+        ]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, list(x.shape))}, ["y"], inits)
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    anchored = [k for k in compiled.manifest["kernels"] if "anchor" in k["nodes"]]
+    assert len(anchored) == 1 and len(set(anchored[0]["nodes"])) == len(nodes), anchored
+    _check(model, {"x": x}, tmp_path, opt_level=3)

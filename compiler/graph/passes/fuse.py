@@ -14,7 +14,12 @@ Rules (with fuse=True; fuse=False makes every op its own group):
 - a group holds at most MAX_GROUP_OPS ops: a kernel's loop nest inlines its whole chain into one
   expression, and a chain of thousands would make every later stage (scheduling, codegen) slow and
   deep; a longer chain continues in the next group.
-Every group has exactly one output, which is why a producer with other users ends its group.
+- a DIAMOND, a producer whose users are elementwise ops of its own shape that all meet again in one
+  op (x * sigmoid(x), x * hardsigmoid(x), GELU's x * (1 + erf(x / sqrt 2)) / 2), joins the producer's
+  group whole: none of its values is needed outside, so the group keeps one output and the producer's
+  result is never written to memory (a conv's SiLU epilogue runs in the conv's kernel).
+Every group has exactly one output, which is why a producer with other users ends its group unless
+they form such a diamond.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from compiler.ops.registry import Pattern
 
 _MAX_NAME_OPS = 6
 MAX_GROUP_OPS = 32
+MAX_DIAMOND_OPS = 16  # a diamond's ops between its producer and the op where its branches meet
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -83,6 +89,42 @@ def _group_name(members: list[Call], index: int) -> str:
     return f"fused_{'_'.join(shown)}_{index}"
 
 
+def _diamonds(graph: Graph, uses: dict[int, list[Call]], outputs: set[int]) -> dict[int, Call]:
+    """id(op) -> the producer whose diamond it belongs to (its branches and the op where they meet).
+
+    From a producer with several users, the branches are followed in graph order, always taking the
+    earliest op that a value of the diamond feeds; the diamond closes when one op is left that every
+    branch feeds. Every op taken must be elementwise/broadcast with the producer's shape and not a
+    graph output, so that nothing outside the diamond reads its values."""
+    position = {id(c): i for i, c in enumerate(graph.calls())}
+    joined: dict[int, Call] = {}
+    for a in graph.calls():
+        distinct = {id(u): u for u in uses.get(id(a), [])}
+        if len(distinct) < 2 or id(a) in outputs or id(a) in joined:
+            continue
+        open_ = dict(distinct)
+        region: list[Call] = []
+        while len(open_) > 1 and len(region) < MAX_DIAMOND_OPS:
+            n = min(open_.values(), key=lambda c: position[id(c)])
+            if not _branch_op(n, a) or id(n) in outputs or id(n) in joined or not uses.get(id(n)):
+                break
+            region.append(n)
+            del open_[id(n)]
+            open_.update({id(u): u for u in uses[id(n)]})
+        if len(open_) != 1:
+            continue
+        (sink,) = open_.values()
+        if not _branch_op(sink, a) or id(sink) in joined:
+            continue
+        for member in (*region, sink):
+            joined[id(member)] = a
+    return joined
+
+
+def _branch_op(call: Call, producer: Call) -> bool:
+    return _pattern(call) <= Pattern.BROADCAST and call.type.shape == producer.type.shape
+
+
 def partition(graph: Graph, fuse: bool = True) -> Graph:
     """Group every call of a plain graph; returns the fused graph (see the module docstring)."""
     uses = users(graph)
@@ -90,12 +132,25 @@ def partition(graph: Graph, fuse: bool = True) -> Graph:
     single_use = {
         id(c): len({id(u) for u in uses.get(id(c), [])}) == 1 and id(c) not in outputs for c in graph.calls()
     }
+    diamond_of = _diamonds(graph, uses, outputs) if fuse else {}
+    closed: dict[int, bool] = {}  # producer -> whether its diamond joined its group
     groups: list[_Building] = []
     group_of: dict[int, int] = {}
     for call in graph.calls():
         if call.op == "fused":
             raise ValueError("graph is already partitioned")
-        target = _target_group(call, groups, group_of, single_use) if fuse else None
+        target = None
+        producer = diamond_of.get(id(call))
+        if producer is not None:
+            g = group_of[id(producer)]
+            if id(producer) not in closed:  # the diamond's first op: is there room after the producer?
+                size = sum(1 for v in diamond_of.values() if v is producer)
+                closed[id(producer)] = (
+                    groups[g].members[-1] is producer and len(groups[g].members) + size <= MAX_GROUP_OPS
+                )
+            target = g if closed[id(producer)] else None
+        if target is None:
+            target = _target_group(call, groups, group_of, single_use) if fuse else None
         if target is None:
             is_anchor = _pattern(call) in (Pattern.ANCHOR, Pattern.REDUCTION)
             groups.append(_Building([call], call if is_anchor else None))

@@ -247,3 +247,48 @@ def test_partition_refuses_a_fused_graph() -> None:
     g = partition(graph([x], call("relu", x)))
     with pytest.raises(ValueError, match="already"):
         partition(g)
+
+
+def test_a_silu_diamond_after_a_conv_is_its_epilogue() -> None:
+    x = var("x", 1, 3, 6, 6)
+    conv = call("conv2d", x, const("w", 4, 3, 3, 3), **CONV)
+    g = graph([x], call("relu", call("mul", conv, call("sigmoid", conv))))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [["conv2d", "sigmoid", "mul", "relu"]]
+
+
+def test_a_gelu_diamond_with_nested_branches_joins_the_matmul() -> None:
+    """GELU as exporters write it: x * 0.5 * (1 + erf(x / sqrt 2)), the branches meeting twice."""
+    x = var("x", 4, 8)
+    mm = call("matmul", x, const("w", 8, 8))
+    half = call("mul", mm, const("half", value=0.5))
+    erf = call("add", call("erf", call("div", mm, const("r2", value=1.4142135))), const("one", value=1.0))
+    g = graph([x], call("mul", half, erf))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [["matmul", "mul", "div", "erf", "add", "mul"]]
+
+
+def test_a_diamond_whose_branch_is_read_elsewhere_stays_apart() -> None:
+    x = var("x", 1, 3, 6, 6)
+    conv = call("conv2d", x, const("w", 4, 3, 3, 3), **CONV)
+    gate = call("sigmoid", conv)
+    g = graph([x], call("mul", conv, gate), gate)  # the gate is also a graph output
+    fused = partition(g)
+    check_fused(g, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [["conv2d"], ["sigmoid"], ["mul"]]
+
+
+def test_a_diamond_through_a_reduction_or_a_reshape_stays_apart() -> None:
+    x = var("x", 4, 8)
+    mm = call("matmul", x, const("w", 8, 8))
+    g = graph([x], call("mul", mm, call("softmax", mm, axis=1)))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [["matmul"], ["softmax", "mul"]]
+    flipped = call("reshape", call("reshape", mm, shape=(8, 4)), shape=(4, 8))
+    g = graph([x], call("add", mm, flipped))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [["matmul"], ["reshape", "reshape", "add"]]
