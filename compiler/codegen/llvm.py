@@ -11,7 +11,7 @@ claiming chunks of the range until none is left. Kernels have the C ABI `int32_t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -27,7 +27,7 @@ from compiler.codegen.access import (
     padded_load,
     store_access,
 )
-from compiler.codegen.mathfns import emit_erf, emit_exp, emit_tanh
+from compiler.codegen.mathfns import emit_erf, emit_exp, emit_log, emit_pow, emit_tanh
 from compiler.errors import CodegenError
 from compiler.runtime.errors import OUT_OF_MEMORY
 from compiler.tir.flatten import free_vars
@@ -461,7 +461,14 @@ class KernelEmitter:
             return b.sdiv(x, y)
         raise CodegenError(f"integer op {e.op} unsupported")
 
-    _INLINE = {"exp": emit_exp, "tanh": emit_tanh, "erf": emit_erf}
+    # float32 only (inline code keeps vectorized loops vectorized); other dtypes take the paths below
+    _INLINE: dict[str, Callable[..., ir.Value]] = {
+        "exp": emit_exp,
+        "tanh": emit_tanh,
+        "erf": emit_erf,
+        "log": emit_log,
+        "pow": emit_pow,
+    }
     _LLVM_MATH = {
         "log": "log",
         "sqrt": "sqrt",
@@ -479,7 +486,7 @@ class KernelEmitter:
         if len(args) == 2:
             args = list(self._match(ctx, args[0], args[1]))
         if e.name in self._INLINE and e.dtype == "float32":
-            return self._INLINE[e.name](b, args[0])
+            return self._INLINE[e.name](b, *args)
         if e.name in self._LLVM_MATH:
             return b.call(self._intrinsic(self._LLVM_MATH[e.name], args[0].type), args)
         if e.name in self._LIBM:

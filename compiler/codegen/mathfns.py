@@ -1,9 +1,10 @@
-"""Inline float32 math (exp, tanh, erf) that works on scalars and LLVM vectors alike.
+"""Inline float32 math (exp, tanh, erf, log, pow) that works on scalars and LLVM vectors alike.
 
 libm has no vector entry points LLVM can call here, so `llvm.exp.v8f32` would become eight scalar
 calls; these polynomial forms keep vectorized loops vectorized. Accuracy: exp within ~2 ulp
 (range reduction by ln 2, degree-6 polynomial), tanh via exp, erf within 1.5e-7 absolute
-(Abramowitz & Stegun 7.1.26).
+(Abramowitz & Stegun 7.1.26), log within ~1 ulp (Cephes logf), pow within ~0.5 ulp (computed in
+float64 from float32 inputs, so the rounding of the float32 result dominates).
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import math
 from llvmlite import ir
 
 F32 = ir.FloatType()
+F64 = ir.DoubleType()
 I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+FLT_MIN = 2.0**-126  # the smallest normal float32
+SQRT_HALF_BITS = 0x3F3504F3  # float32 sqrt(1/2): the mantissa range [sqrt(1/2), sqrt(2)) starts here
 
 
 def _const(ty: ir.Type, v: float) -> ir.Constant:
@@ -23,7 +28,15 @@ def _const(ty: ir.Type, v: float) -> ir.Constant:
 
 
 def _int_ty(ty: ir.Type) -> ir.Type:
-    return ir.VectorType(I32, ty.count) if isinstance(ty, ir.VectorType) else I32
+    """The integer type of a float type's bits: i32 for float32, i64 for float64 (lane for lane)."""
+    elem = ty.element if isinstance(ty, ir.VectorType) else ty
+    it = I64 if isinstance(elem, ir.DoubleType) else I32
+    return ir.VectorType(it, ty.count) if isinstance(ty, ir.VectorType) else it
+
+
+def _with_element(ty: ir.Type, elem: ir.Type) -> ir.Type:
+    """`elem`, or a vector of it with as many lanes as `ty`."""
+    return ir.VectorType(elem, ty.count) if isinstance(ty, ir.VectorType) else elem
 
 
 def _fast(instr: ir.Instruction) -> ir.Instruction:
@@ -32,7 +45,9 @@ def _fast(instr: ir.Instruction) -> ir.Instruction:
 
 
 def _intrinsic(module: ir.Module, name: str, ty: ir.Type, nargs: int) -> ir.Function:
-    suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
+    elem = ty.element if isinstance(ty, ir.VectorType) else ty
+    bits = "f64" if isinstance(elem, ir.DoubleType) else "f32"
+    suffix = f"v{ty.count}{bits}" if isinstance(ty, ir.VectorType) else bits
     full = f"llvm.{name}.{suffix}"
     fn = module.globals.get(full)
     if fn is None:
@@ -98,3 +113,112 @@ def emit_erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     e = emit_exp(b, b.fneg(_fast(b.fmul(ax, ax))))
     r = b.fsub(_const(ty, 1.0), _fast(b.fmul(p, e)))
     return b.call(_intrinsic(m, "copysign", ty, 2), [r, x])
+
+
+def _log_reduce(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(k, m) with x = 2^k * m, k an integer and m in [sqrt(1/2), sqrt(2)), for positive finite
+    float32 x; subnormals are scaled by 2^23 first so that their bits hold a normal float."""
+    ty = x.type
+    it = _int_ty(ty)
+    tiny = b.fcmp_ordered("<", x, _const(ty, FLT_MIN))
+    x = b.select(tiny, b.fmul(x, _const(ty, 2.0**23)), x)
+    # subtracting sqrt(1/2)'s bits moves the exponent boundary from 1 to sqrt(1/2)
+    ix = b.sub(b.bitcast(x, it), _const_int(it, SQRT_HALF_BITS))
+    k = b.add(b.ashr(ix, _const_int(it, 23)), b.select(tiny, _const_int(it, -23), _const_int(it, 0)))
+    m = b.bitcast(b.add(b.and_(ix, _const_int(it, 0x7FFFFF)), _const_int(it, SQRT_HALF_BITS)), ty)
+    return k, m
+
+
+def emit_log(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Natural log of float32: k*ln2 + log(m) (see _log_reduce), log(1 + f) as f - f^2/2 + f^3 P(f)
+    (Cephes logf), ln2 in a short head whose product with k is exact plus a tail. f = m - 1 is
+    exact, so log keeps its relative accuracy next to 1. log(0) = -inf, log(x < 0) = NaN."""
+    ty = x.type
+    k, m = _log_reduce(b, x)
+    f = b.fsub(m, _const(ty, 1.0))
+    z = _fast(b.fmul(f, f))
+    p = _poly(
+        b,
+        f,
+        [
+            3.3333331174e-1,
+            -2.4999993993e-1,
+            2.0000714765e-1,
+            -1.6668057665e-1,
+            1.4249322787e-1,
+            -1.2420140846e-1,
+            1.1676998740e-1,
+            -1.1514610310e-1,
+            7.0376836292e-2,
+        ],
+    )
+    kf = b.sitofp(k, ty)
+    y = _fast(b.fmul(_fast(b.fmul(f, z)), p))
+    y = _fast(b.fadd(y, _fast(b.fmul(kf, _const(ty, -2.12194440e-4)))))
+    y = _fast(b.fsub(y, _fast(b.fmul(z, _const(ty, 0.5)))))
+    r = _fast(b.fadd(_fast(b.fadd(f, y)), _fast(b.fmul(kf, _const(ty, 0.693359375)))))
+    r = b.select(b.fcmp_ordered("==", x, _const(ty, math.inf)), _const(ty, math.inf), r)
+    r = b.select(b.fcmp_ordered("==", x, _const(ty, 0.0)), _const(ty, -math.inf), r)
+    return b.select(b.fcmp_unordered("<", x, _const(ty, 0.0)), _const(ty, math.nan), r)
+
+
+def _log2_f64(b: ir.IRBuilder, ax: ir.Value) -> ir.Value:
+    """log2 of a positive float32 `ax` in float64, relative error far below float32's: k plus
+    2 atanh(s) / ln2 with s = f / (2 + f) by its series to s^13. A power of two gives k exactly (so
+    exact powers stay exact); log2(0) = -inf, log2(inf) = inf."""
+    ty = _with_element(ax.type, F64)
+    k, m = _log_reduce(b, ax)
+    f = b.fsub(b.fpext(m, ty), _const(ty, 1.0))
+    s = b.fdiv(f, b.fadd(_const(ty, 2.0), f))
+    z = _fast(b.fmul(s, s))
+    series = _poly(b, z, [2.0 / ((2 * j + 1) * math.log(2.0)) for j in range(7)])
+    r = _fast(b.fadd(_fast(b.fmul(s, series)), b.sitofp(k, ty)))
+    r = b.select(b.fcmp_ordered("==", ax, _const(ax.type, math.inf)), _const(ty, math.inf), r)
+    return b.select(b.fcmp_ordered("==", ax, _const(ax.type, 0.0)), _const(ty, -math.inf), r)
+
+
+def _exp2_f64(b: ir.IRBuilder, t: ir.Value) -> ir.Value:
+    """2^t of float64 t, relative error far below float32's: 2^n * e^(r ln2) with n = round(t),
+    r = t - n exact; an integer t gives 2^t exactly. t is clamped to +-300, beyond which a float32
+    result is 0 or inf anyway (so NaN is not kept: callers handle it)."""
+    m = b.module
+    ty = t.type
+    t = b.call(_intrinsic(m, "minnum", ty, 2), [t, _const(ty, 300.0)])
+    t = b.call(_intrinsic(m, "maxnum", ty, 2), [t, _const(ty, -300.0)])
+    n = b.call(_intrinsic(m, "roundeven", ty, 1), [t])
+    r = b.fsub(t, n)
+    p = _poly(b, r, [math.log(2.0) ** j / math.factorial(j) for j in range(10)])
+    it = _int_ty(ty)
+    scale = b.bitcast(b.shl(b.add(b.fptosi(n, it), _const_int(it, 1023)), _const_int(it, 52)), ty)
+    return _fast(b.fmul(p, scale))
+
+
+def emit_pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x^y of float32 as 2^(y * log2|x|) with C's special cases (pow(x, 0) = pow(1, y) = 1, NaN for
+    a negative x and a non-integer y, the sign of x for an odd integer y, 0 and inf for 0 and inf
+    bases). Computed in float64: a relative error e in log|x| becomes a relative error |y log x| * e
+    in the result, and |y log x| reaches ~100 before the result leaves float32's range, so float32
+    would lose ~7 bits there. The one float32 rounding at the end also gives overflow to inf and
+    gradual underflow through the subnormals."""
+    m = b.module
+    ty = x.type
+    ax = b.call(_intrinsic(m, "fabs", ty, 1), [x])
+    one = _const(ty, 1.0)
+    t = b.fmul(b.fpext(y, _with_element(ty, F64)), _log2_f64(b, ax))
+    # |x| = 1: |result| = 1 whatever y, the infinities too (inf * log 1 would be NaN)
+    t = b.select(b.fcmp_ordered("==", ax, one), _const(t.type, 0.0), t)
+    r = b.fptrunc(_exp2_f64(b, t), ty)
+    trunc_y = b.call(_intrinsic(m, "trunc", ty, 1), [y])
+    integer = b.fcmp_ordered("==", trunc_y, y)  # the infinities count as (even) integers
+    half = b.fmul(y, _const(ty, 0.5))
+    odd = b.and_(integer, b.fcmp_unordered("!=", b.call(_intrinsic(m, "trunc", ty, 1), [half]), half))
+    negative = b.icmp_signed("<", b.bitcast(x, _int_ty(ty)), _const_int(_int_ty(ty), 0))  # -0 too
+    r = b.select(b.and_(negative, odd), b.fneg(r), r)
+    finite_negative = b.and_(
+        b.fcmp_ordered("<", x, _const(ty, 0.0)), b.fcmp_ordered(">", x, _const(ty, -math.inf))
+    )
+    nan = _const(ty, math.nan)
+    r = b.select(b.and_(finite_negative, b.not_(integer)), nan, r)
+    r = b.select(b.fcmp_unordered("uno", x, y), nan, r)
+    unit = b.or_(b.fcmp_ordered("==", y, _const(ty, 0.0)), b.fcmp_ordered("==", x, one))
+    return b.select(unit, one, r)

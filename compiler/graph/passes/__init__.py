@@ -67,7 +67,7 @@ _LEVEL_1: list[tuple[str, Pass]] = [
 ]
 _LEVEL_2: list[tuple[str, Pass]] = [
     ("fold_constants", _plain(fold_constants)),
-    ("simplify", _plain(simplify)),  # drop no-op reshapes/casts/x*1/x+0, merge reshape and transpose chains
+    ("simplify", _plain(simplify)),  # no-op reshapes, x*1, x+0; merged reshapes; pow by 2, 3...
     ("fold_batch_norm", _plain(fold_batch_norm)),  # BN scales conv/matmul weights; the rest become mul + add
     # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
     ("alter_layout", _alter_layout),

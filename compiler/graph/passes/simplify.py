@@ -3,6 +3,8 @@
 - reshape/expand/pad/slice/resize/cast/transpose/concat that change nothing -> their input
 - reshape(reshape(x)) -> reshape(x); transpose(transpose(x)) -> one transpose
 - x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 with a constant 0 / 1 that does not broadcast x -> x
+- pow(x, c) of a float x with a constant c, all one value, that does not broadcast x: c = 1 -> x,
+  2 -> x * x, 3 -> x * x * x, 4 -> (x * x) * (x * x), 0.5 -> sqrt(x), -1 -> reciprocal(x)
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.graph.ir import Call, Const, Expr, Graph, rewrite
+from compiler.ops.common import FLOAT
 
 
 def _is_const(x: Expr, value: float) -> bool:
@@ -68,10 +71,50 @@ def _merge(call: Call, args: tuple[Expr, ...]) -> Expr | None:
     return None
 
 
+def _uniform_value(x: Expr) -> float | None:
+    """The one value every element of a constant holds, if there is one."""
+    if not isinstance(x, Const) or x.data.size == 0:
+        return None
+    first = x.data.flat[0]
+    return float(first) if bool(np.all(x.data == first)) else None
+
+
+def _power(call: Call, args: tuple[Expr, ...]) -> Expr | None:
+    """pow by a constant small integer, a half or minus one as multiplies, sqrt or reciprocal: a general
+    pow costs a log and an exp per element, and exporters write tanh-GELU's cube as pow(x, 3).
+
+    Each multiply rounds where pow rounds once, so cubes and fourth powers may differ in the last bit
+    or two; sqrt differs from pow only at -0 (-0, not +0) and -inf (NaN, not +inf)."""
+    if call.op != "pow":
+        return None
+    x, c = args
+    exponent = _uniform_value(c)
+    if exponent is None or x.type != call.type or x.type.dtype != FLOAT:
+        return None
+
+    def op(name: str, *operands: Expr) -> Call:
+        return Call(name, operands, (), call.type, call.name)
+
+    if exponent == 1.0:
+        return x
+    if exponent == 2.0:
+        return op("mul", x, x)
+    if exponent == 3.0:
+        return op("mul", op("mul", x, x), x)
+    if exponent == 4.0:
+        square = op("mul", x, x)
+        return op("mul", square, square)
+    if exponent == 0.5:
+        return op("sqrt", x)
+    if exponent == -1.0:
+        return op("reciprocal", x)
+    return None
+
+
 def simplify(graph: Graph) -> Graph:
     def rule(call: Call, args: tuple[Expr, ...]) -> Expr | None:
         if call.op == "fused" or not args:
             return None
-        return _identity_operand(call, args) or _noop(call, args) or _merge(call, args)
+        return _identity_operand(call, args) or _noop(call, args) or _merge(call, args) or _power(call, args)
 
     return rewrite(graph, rule)

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import compiler.runtime
-from compiler.pipeline import CompileOptions, compile_model
+from compiler.pipeline import CompileOptions, compile_model, inspect_model
 
 REFERENCES = {
     "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
@@ -44,3 +44,122 @@ def test_relative_error_is_a_few_ulps(op: str, low: float, high: float, tmp_path
     nonzero = np.abs(reference) > np.finfo(np.float32).tiny
     relative = np.abs(y[nonzero] - reference[nonzero]) / np.abs(reference[nonzero])
     assert float(relative.max()) < 2e-6, f"{op}: worst relative error {relative.max():.2e}"
+
+
+# ---- log and pow: inline float32 (emit_log, emit_pow), in vectorized and in scalar loops --------------
+
+FLT_BITS_MIN_NORMAL, FLT_BITS_INF = 0x00800000, 0x7F800000
+LOG_MAX_ULP = 1.0  # emit_log: Cephes logf, within an ulp over the positive floats, subnormals included
+POW_MAX_ULP = 0.51  # emit_pow: computed in float64, so the float32 rounding (0.5 ulp) dominates
+POW_SPECIAL_X = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, np.inf, -np.inf, np.nan, 1e-45, -1e-45]
+POW_SPECIAL_X += [3.4e38, -3.4e38, 1.0000001, 0.99999994, 10.0, -8.0]
+POW_SPECIAL_Y = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 0.5, -0.5, 2.5, np.inf, -np.inf, np.nan]
+POW_SPECIAL_Y += [1e-45, 16777216.0, 16777217.0, -16777215.0, 1e30, 127.0, 128.0, -149.0, -150.0]
+
+
+def _elementwise_model(op: str, inputs: list[str], shape: list[int]) -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["z"])],
+        op.lower(),
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name in inputs],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, shape)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _run_elementwise(op: str, args: list[np.ndarray], form: str, tmp_path: Path) -> np.ndarray:
+    """op over 1-D float32 args: one long row is vectorized (with a masked tail), rows of 7 are too
+    short to be and run the scalar code."""
+    n = args[0].size
+    pad = (-n) % 7
+    padded = [np.concatenate([a, np.ones(pad, np.float32)]) for a in args]
+    shape = [n + pad] if form == "vector" else [(n + pad) // 7, 7]
+    names = ["x", "y"][: len(args)]
+    model = _elementwise_model(op, names, shape)
+    options = CompileOptions(opt_level=3)
+    assert ("vectorized(" in inspect_model(model, "scheduled", options)) == (form == "vector")
+    compile_model(model, options).save(tmp_path / "op.temper")
+    feeds = {name: a.reshape(shape) for name, a in zip(names, padded, strict=True)}
+    out: np.ndarray = compiler.runtime.load(tmp_path / "op.temper").run(feeds)["z"]
+    return out.reshape(-1)[:n]
+
+
+def _ulps(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """|got - exact| in ulps of the float32 nearest the exact (float64) value."""
+    spacing = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
+    out: np.ndarray = np.abs(got.astype(np.float64) - exact) / spacing
+    return out
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Bitwise equal (so the sign of zero counts), or both NaN."""
+    out: np.ndarray = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    return out
+
+
+def _log_inputs(rng: np.random.Generator) -> np.ndarray:
+    normals = rng.integers(FLT_BITS_MIN_NORMAL, FLT_BITS_INF, 60000, dtype=np.uint32).view(np.float32)
+    subnormals = rng.integers(1, FLT_BITS_MIN_NORMAL, 4000, dtype=np.uint32).view(np.float32)
+    near_one = (1.0 + rng.uniform(-1e-3, 1e-3, 8000)).astype(np.float32)
+    mantissas = np.linspace(0.5, 2.0, 20001, dtype=np.float32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -1e-45, 1.0, 3.4028235e38, 1.1754944e-38])
+    return np.concatenate([normals, subnormals, near_one, mantissas, specials.astype(np.float32)])
+
+
+@pytest.mark.parametrize("form", ["vector", "scalar"])
+def test_log_is_within_an_ulp_and_keeps_the_special_values(form: str, tmp_path: Path) -> None:
+    x = _log_inputs(np.random.default_rng(0))
+    got = _run_elementwise("Log", [x], form, tmp_path)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = np.log(x.astype(np.float64))
+    finite = np.isfinite(exact)
+    worst = _ulps(got[finite], exact[finite])
+    assert float(worst.max()) <= LOG_MAX_ULP, (
+        f"worst {worst.max():.3f} ulp at x = {x[finite][worst.argmax()]!r}"
+    )
+    special = ~finite  # 0 and -0 -> -inf, inf -> inf, negative and NaN -> NaN
+    assert _same(got[special], exact[special].astype(np.float32)).all(), x[special]
+
+
+def _pow_inputs(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    # bases over every exponent, with powers from the subnormals to past the overflow threshold
+    spread = rng.integers(FLT_BITS_MIN_NORMAL, FLT_BITS_INF, 40000, dtype=np.uint32).view(np.float32)
+    target = rng.uniform(-110.0, 95.0, spread.size)
+    with np.errstate(divide="ignore"):
+        spread_y = (target / np.log(spread.astype(np.float64))).astype(np.float32)
+    plain = rng.uniform(0.0, 10.0, 20000).astype(np.float32), rng.uniform(-30, 30, 20000).astype(np.float32)
+    # y * log x large while x is next to 1: where log's error would be magnified most
+    near_one = (1.0 + rng.uniform(-1e-3, 1e-3, 20000)).astype(np.float32)
+    large_y = rng.uniform(-8e4, 8e4, 20000).astype(np.float32)
+    negative = (rng.standard_normal(20000) * 4).astype(np.float32)
+    integer_y = rng.integers(-40, 40, 20000).astype(np.float32)
+    negative_x = -np.abs(negative[:2000]) - np.float32(0.01)
+    fraction_y = (rng.integers(-5, 5, 2000) + 0.25).astype(np.float32)  # negative base: NaN
+    subnormal = rng.integers(1, FLT_BITS_MIN_NORMAL, 4000, dtype=np.uint32).view(np.float32)
+    subnormal_y = rng.uniform(-0.9, 1.3, 4000).astype(np.float32)
+    grid_x, grid_y = np.meshgrid(np.array(POW_SPECIAL_X, np.float32), np.array(POW_SPECIAL_Y, np.float32))
+    x = np.concatenate([spread, plain[0], near_one, negative, negative_x, subnormal, grid_x.ravel()])
+    y = np.concatenate([spread_y, plain[1], large_y, integer_y, fraction_y, subnormal_y, grid_y.ravel()])
+    return x, y
+
+
+@pytest.mark.parametrize("form", ["vector", "scalar"])
+def test_pow_is_correctly_rounded_but_for_a_hair_and_follows_c_on_special_values(
+    form: str, tmp_path: Path
+) -> None:
+    """Every finite nonzero result (subnormals too) within POW_MAX_ULP; zeros, infinities and NaNs
+    (overflow, underflow, 0 and inf bases, y = 0, x = 1, negative bases) exactly as C's pow."""
+    x, y = _pow_inputs(np.random.default_rng(1))
+    got = _run_elementwise("Pow", [x, y], form, tmp_path)
+    with np.errstate(all="ignore"):
+        exact = np.power(x.astype(np.float64), y.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    regular = np.isfinite(rounded) & (rounded != 0)
+    worst = _ulps(got[regular], exact[regular])
+    at = worst.argmax()
+    assert float(worst.max()) <= POW_MAX_ULP, (
+        f"worst {worst.max():.3f} ulp at {x[regular][at]!r} ** {y[regular][at]!r}"
+    )
+    assert _same(got[~regular], rounded[~regular]).all(), np.flatnonzero(~_same(got, rounded))
+    invalid = (x < 0) & np.isfinite(x) & np.isfinite(y) & (np.trunc(y) != y)
+    assert invalid.sum() >= 2000 and np.isnan(got[invalid]).all()

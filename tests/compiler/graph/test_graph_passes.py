@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
+import compiler.runtime
 from compiler.frontend.onnx import load_onnx
 from compiler.graph.interpret import run_graph
 from compiler.graph.ir import Const, Graph, Var
@@ -24,6 +27,8 @@ from compiler.graph.passes import (
 )
 from compiler.graph.passes.fuse import groups_of
 from compiler.graph.verify import verify_graph
+from compiler.pipeline import CompileOptions, compile_model
+from tests.compiler.frontend.onnx_check import make_model
 from tests.compiler.graph.graph_builders import CONV, call, const, feeds, graph, var
 from tests.models import builders
 
@@ -99,6 +104,97 @@ def test_simplify_keeps_broadcasting_neutral_ops_and_real_work() -> None:
     out = simplify(g)
     assert ops(out) == ["add", "slice"]
     check_pass(g, out)
+
+
+@pytest.mark.parametrize(
+    ("exponent", "rewritten"),
+    [
+        (1.0, []),
+        (2.0, ["mul"]),
+        (3.0, ["mul", "mul"]),
+        (4.0, ["mul", "mul"]),
+        (0.5, ["sqrt"]),
+        (-1.0, ["reciprocal"]),
+    ],
+)
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (1, 5)])
+def test_simplify_turns_pow_by_a_special_constant_into_cheaper_ops(
+    exponent: float, rewritten: list[str], shape: tuple[int, ...]
+) -> None:
+    x = var("x", 3, 5)
+    g = graph([x], call("pow", x, const("c", *shape, value=exponent), name="block0.pow"))
+    out = simplify(g)
+    assert ops(out) == rewritten
+    assert all(c.name == "block0.pow" and c.type == x.type for c in out.calls())  # explain maps them back
+    if not rewritten:
+        assert out.outputs[0] is x
+    verify_graph(out)
+    feed = {"x": np.abs(feeds(g)["x"]) + 0.1 if exponent == 0.5 else feeds(g)["x"]}
+    want, got = run_graph(g, feed)["out0"], run_graph(out, feed)["out0"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_simplify_takes_an_integer_exponent_constant() -> None:
+    x = var("x", 4)
+    g = graph([x], call("pow", x, Const("three", np.full((4,), 3, np.int64))))
+    out = simplify(g)
+    assert ops(out) == ["mul", "mul"]
+    check_pass(g, out)
+
+
+def test_simplify_keeps_pow_it_cannot_replace() -> None:
+    x = var("x", 3)
+    general = call("pow", x, const("c", value=2.5))
+    mixed = call("pow", x, Const("mixed", np.array([2.0, 3.0, 2.0], np.float32)))
+    widened = call("pow", x, const("wide", 2, 3, value=2.0))  # broadcasts x to (2, 3)
+    runtime = call("pow", x, var("y", 3))
+    n = var("n", 3, dtype="int64")
+    integer = call("pow", n, Const("two", np.full((), 2, np.int64)))
+    g = graph([x, var("y", 3), n], general, mixed, widened, runtime, integer)
+    out = simplify(g)
+    assert ops(out) == ["pow"] * 5
+    assert all(a is b for a, b in zip(out.outputs, g.outputs, strict=True))
+
+
+def test_compiled_pow_by_special_constants_matches_numpy(tmp_path: Path) -> None:
+    """Through the whole pipeline (negative bases included): the rewritten pows and the kept ones."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4, 37)) * 3).astype(np.float32)
+    p = rng.uniform(0.01, 20.0, (4, 37)).astype(np.float32)
+    exponents = {
+        "one": ("x", np.float32(1.0)),
+        "square": ("x", np.full((1, 37), 2.0, np.float32)),
+        "cube": ("x", np.int64(3)),
+        "fourth": ("x", np.float32(4.0)),
+        "root": ("p", np.float32(0.5)),
+        "inverse": ("x", np.float32(-1.0)),
+        "general": ("p", np.float32(2.5)),
+        "mixed": ("x", np.where(np.arange(37) % 2 == 0, 2.0, 3.0).astype(np.float32)),
+    }
+    nodes = [
+        helper.make_node("Pow", [base, f"{name}_c"], [name], name=name)
+        for name, (base, _) in exponents.items()
+    ]
+    initializers = {f"{name}_c": np.asarray(c) for name, (_, c) in exponents.items()}
+    shape = [4, 37]
+    model = make_model(
+        nodes,
+        {"x": (TensorProto.FLOAT, shape), "p": (TensorProto.FLOAT, shape)},
+        list(exponents),
+        initializers,
+    )
+    fused, _ = run_passes(load_onnx(model.SerializeToString()), 3)
+    kept = [c.attr("group").name for c in fused.calls() if "pow" in c.attr("group").ops]
+    assert len(kept) == 2, kept  # general and mixed
+    compiled = compile_model(model.SerializeToString(), CompileOptions(opt_level=3))
+    compiled.save(tmp_path / "pow.temper")
+    got = compiler.runtime.load(tmp_path / "pow.temper").run({"x": x, "p": p})
+    feeds64 = {"x": x.astype(np.float64), "p": p.astype(np.float64)}
+    for name, (base, c) in exponents.items():
+        want = np.power(feeds64[base], np.asarray(c, np.float64)).astype(np.float32)
+        assert got[name].dtype == np.float32 and got[name].shape == want.shape, name
+        # a rounding per multiply: a cube or fourth power may be off by a few ulps
+        np.testing.assert_allclose(got[name], want, rtol=3e-7, atol=0, err_msg=name)
 
 
 # ---- fold_batch_norm --------------------------------------------------------------------------------
