@@ -158,9 +158,33 @@ def _divmod(op: str, a: Expr, c: int, ranges: Ranges) -> Expr:
         if op == "//":
             return _from_linear(quot, kq + shift)
         return simplify(_from_linear(rest, kr - shift * c), ranges)
+    nested = _divmod_by_part(op, terms, k, c, ranges)
+    if nested is not None:
+        return nested
     if op == "%":
         return BinOp("%", rem, IntImm(c)) if not rest or quot else BinOp("%", a, IntImm(c))
     return BinOp("//", a, IntImm(c))
+
+
+def _divmod_by_part(op: str, terms: dict[Expr, int], k: int, c: int, ranges: Ranges) -> Expr | None:
+    """a // c and a % c when a = d * A + F with d dividing c and 0 <= F < d: then a // c = A // (c / d)
+    and a % c = (A % (c / d)) * d + F. This is how a flat index rebuilt from a fused loop splits again
+    into the axes of another shape (a reshape of a transpose: `(f * 784 + r) // 1568` is `f // 2` when
+    r < 784), which keeps the vector lane's term affine."""
+    for d in sorted({math.gcd(c, abs(v)) for v in terms.values()} - {1, c}, reverse=True):
+        coarse = {t: v // d for t, v in terms.items() if v % d == 0}
+        fine = {t: v for t, v in terms.items() if v % d != 0}
+        kd, kf = divmod(k, d)
+        part = _from_linear(fine, kf)
+        lo, hi = bounds(part, ranges)
+        if lo < 0 or hi >= d:
+            continue
+        whole = _from_linear(coarse, kd)
+        m = IntImm(c // d)
+        if op == "//":
+            return simplify(BinOp("//", whole, m), ranges)
+        return simplify(BinOp("+", BinOp("*", BinOp("%", whole, m), IntImm(d)), part), ranges)
+    return None
 
 
 _FOLD: dict[str, Callable[[int | float, int | float], int | float | bool]] = {

@@ -43,6 +43,39 @@ def test_fused_row_and_column_recombine_into_the_flat_index() -> None:
     assert "//" in expr_str(simplify(odd))
 
 
+def test_a_flat_index_splits_into_the_axes_of_another_shape() -> None:
+    """A channel shuffle (reshape to [2, 58, ...], transpose, reshape back) of a fused loop f = channel
+    over rows r of 784 elements: (f * 784 + r) // 1568 is f // 2 and its % 1568 is (f % 2) * 784 + r,
+    so the row's lane stays a unit-stride term."""
+    f, r = Var("f"), Var("r")
+    flat = BinOp("+", BinOp("*", f, IntImm(784)), r)
+    ranges = {f: 116, r: 784}
+    assert expr_str(simplify(BinOp("//", flat, IntImm(1568)), ranges)) == "f // 2"
+    assert expr_str(simplify(BinOp("%", flat, IntImm(1568)), ranges)) in (
+        "f % 2 * 784 + r",
+        "r + f % 2 * 784",
+    )
+    assert expr_str(simplify(BinOp("%", BinOp("//", flat, IntImm(1568)), IntImm(58)), ranges)) == "f // 2"
+    # a remainder that can reach the next multiple of the part keeps the division
+    assert "1568" in expr_str(simplify(BinOp("//", flat, IntImm(1568)), {f: 116, r: 785}))
+    for fv in range(0, 116, 7):  # and the rewrite agrees with integer arithmetic
+        for rv in (0, 1, 500, 783):
+            env = {f: fv, r: rv}
+            v = fv * 784 + rv
+            assert _eval(simplify(BinOp("//", flat, IntImm(1568)), ranges), env) == v // 1568
+            assert _eval(simplify(BinOp("%", flat, IntImm(1568)), ranges), env) == v % 1568
+
+
+def _eval(e: object, env: dict[Var, int]) -> int:
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        return env[e]
+    assert isinstance(e, BinOp)
+    a, b = _eval(e.a, env), _eval(e.b, env)
+    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0}[e.op]
+
+
 def test_specializing_an_unrolled_iteration_keeps_only_the_taken_branches() -> None:
     from compiler.tir.ir import Buffer, FloatImm, Load, Select, Store
 
