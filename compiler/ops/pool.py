@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from compiler.errors import ScheduleError
 from compiler.ops.common import (
     FLOAT,
     expect_args,
@@ -205,8 +206,21 @@ def _max_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
     """One channel plane per parallel iteration, its padded copy made right before it (so it stays
     in cache); output rows as vectors of up to 64 columns (strided window reads become wide loads
     and shuffles), the window unrolled, the running max in registers, the epilogue per row tile."""
-    pool = info.anchor_block
-    assert pool is not None
+    assert info.anchor_block is not None
+    _pool_schedule(sch, info, info.anchor_block)
+
+
+def _avg_pool_schedule(sch: Schedule, info: KernelInfo) -> None:
+    """The max pool's schedule on the window sum (its padding is a condition on each read, not a
+    padded copy); the division by the window's count is the first op of the epilogue."""
+    assert info.anchor_block is not None
+    total = f"{info.anchor_block}_sum"
+    if total not in sch.blocks():
+        raise ScheduleError(f"no window sum {total!r} to schedule")
+    _pool_schedule(sch, info, total)
+
+
+def _pool_schedule(sch: Schedule, info: KernelInfo, pool: str) -> None:
     pad = f"{pool}_pad"
     keep = (pad,) if pad in sch.blocks() else ()
     inline_injective(sch, info, keep=keep)
@@ -311,4 +325,14 @@ register(
     )
 )
 # avg_pool2d(x), attrs: kernel, strides, pads, ceil_mode, count_include_pad
-register(OpDef("avg_pool2d", Pattern.ANCHOR, _avg_infer, _avg_pool, compute=_avg_pool_compute))
+register(
+    OpDef(
+        "avg_pool2d",
+        Pattern.ANCHOR,
+        _avg_infer,
+        _avg_pool,
+        compute=_avg_pool_compute,
+        schedule=_avg_pool_schedule,
+        version=2,  # 2: own schedule (version 1 traces were the generic schedule's)
+    )
+)

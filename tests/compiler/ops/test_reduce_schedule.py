@@ -1,6 +1,7 @@
-"""The reductions' own schedule: results against onnxruntime over random shapes and axes, and the shape
-of the loop nest it builds (the kept innermost axis as the vector with the reduced loops outside it, or
-the reduced row innermost; the kept axes in parallel when there is enough input)."""
+"""The reductions' own schedules (reduce ops, and the average pool's window sum): results against
+onnxruntime over random shapes and axes, and the shape of the loop nest each builds (the kept innermost
+axis as the vector with the reduced loops outside it, or the reduced row innermost; the kept axes in
+parallel when there is enough input)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,42 @@ def test_a_reduction_to_one_value_falls_back_with_its_reason() -> None:
     _, rule, fallback = choose_rule(_workload(model))
     assert rule == "generic"
     assert fallback is not None and "no kept axis" in fallback
+
+
+@pytest.mark.parametrize("layout", ["planar", "blocked"])
+def test_average_pools_get_the_pool_schedule_not_the_generic_one(layout: str) -> None:
+    """The window sum is scheduled like a max pool's running max: planes (or rows of blocks) in
+    parallel, the window unrolled around vectors of output columns (or channel lanes)."""
+    shape = (1, 3, 20, 20) if layout == "planar" else (1, 2, 20, 20, 16)
+    x = np.zeros(shape, np.float32)
+    if layout == "planar":
+        model, _ = single_op("AveragePool", {"x": x}, kernel_shape=[3, 3], pads=[1] * 4)
+    else:  # a pool over NCHW{16}c is what alter_layout makes of one after a blocked conv
+        fr = frontier_for(_blocked_pool_model(), CompileOptions(target="haswell"), None)
+        (w,) = [k.workload for k in fr.kernels if k.workload.anchor_op == "avg_pool2d"]
+        loops, rule, asked = _loops(w)
+        assert rule == "avg_pool2d" and {"owt", "parallel"} <= set(asked)
+        assert any(f.kind == ForKind.VECTORIZED for f in loops)
+        return
+    loops, rule, asked = _loops(_workload(model))
+    assert rule == "avg_pool2d" and {"vector_width", "rows", "parallel"} <= set(asked)
+    assert any(f.kind == ForKind.VECTORIZED for f in loops)
+    assert any(f.kind == ForKind.UNROLLED for f in loops)
+
+
+def _blocked_pool_model() -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((32, 16, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4, name="conv"),
+        helper.make_node("AveragePool", ["c"], ["y"], kernel_shape=[3, 3], pads=[1] * 4, name="pool"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 20, 20])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
