@@ -40,6 +40,7 @@ from tests.zoo.check import ensure_generated, model_and_feeds, relative_error
 from tests.zoo.generate import SEED
 
 SYSTEMS = ("temper", "onnxruntime", "pytorch")
+PROFILE_TOP = 15  # slowest kernels listed by --profile
 
 
 def canonical(entries: dict[str, ZooModel]) -> list[str]:
@@ -169,7 +170,7 @@ def _profile(name: str, opt_level: int = 3, disabled_passes: frozenset[str] = fr
         print(f"{op:<28}{temper_by_op.get(op, 0.0) * 1e3:>12.3f}{ort_per_run.get(op, 0.0) * 1e3:>16.3f}")
     print(f"{'total':<28}{sum(temper_by_op.values()) * 1e3:>12.3f}{sum(ort_per_run.values()) * 1e3:>16.3f}")
     print("\ntemper's slowest kernels:")
-    for call in sorted(kernels, key=lambda k: -float(k["median"]))[:15]:
+    for call in sorted(kernels, key=lambda k: -float(k["median"]))[:PROFILE_TOP]:
         nodes = ", ".join(dict.fromkeys(fused.get(call["kernel"], [])))[:100]
         print(f"  {float(call['median']) * 1e3:8.3f} ms  {call['kernel']}  ({nodes})")
 
