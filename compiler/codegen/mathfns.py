@@ -65,6 +65,17 @@ def _poly(b: ir.IRBuilder, x: ir.Value, coeffs: list[float]) -> ir.Value:
 
 
 def emit_exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """e^x: the polynomial on x clamped to where its 2^n scale is a normal float, then the ends put
+    right: past float32's largest value inf, where even the smallest subnormal rounds away 0, NaN
+    stays NaN (the clamp alone would turn these into finite numbers)."""
+    ty = x.type
+    r = _exp_clamped(b, x)
+    r = b.select(b.fcmp_ordered(">", x, _const(ty, 88.72283935546875)), _const(ty, math.inf), r)
+    r = b.select(b.fcmp_ordered("<", x, _const(ty, -103.97207708)), _const(ty, 0.0), r)
+    return b.select(b.fcmp_unordered("uno", x, x), x, r)
+
+
+def _exp_clamped(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     m = b.module
     ty = x.type
     x = b.call(_intrinsic(m, "minnum", ty, 2), [x, _const(ty, 88.3762626647949)])
