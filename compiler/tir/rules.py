@@ -24,6 +24,7 @@ INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
 # faster on one core. The tuner's "parallel" decisions revisit this per kernel.
 MIN_PARALLEL_WORK = 1 << 15  # output elements of an elementwise/injective nest
 MIN_PARALLEL_FLOPS = 1 << 20  # arithmetic of an anchor kernel (conv, matmul)
+MIN_SHORT_VECTOR = 4  # an innermost loop narrower than a vector still runs as one from this extent
 
 _Ts = TypeVarTuple("_Ts")
 
@@ -106,6 +107,10 @@ def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: 
             _, vi = sch.split(inner.var.name, [None, lanes])
             sch.vectorize(vi)
             spatial = [f for f in root_loops(sch, block) if f.var.name not in reduce_loops][:-1]
+    elif inner is loops[-1] and MIN_SHORT_VECTOR <= inner.extent < lanes and len(spatial) > 1:
+        # a short row (7 or 14 columns, a 12-token softmax) as one narrower vector, not lane by lane
+        sch.vectorize(inner.var.name)
+        spatial = spatial[:-1]
     total = 1
     for f in loops:
         if f.var.name not in reduce_loops:

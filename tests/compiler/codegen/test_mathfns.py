@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 import compiler.runtime
 from compiler.pipeline import CompileOptions, compile_model, inspect_model
+from compiler.tir.rules import MIN_SHORT_VECTOR
 
 REFERENCES = {
     "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
@@ -46,6 +47,21 @@ def test_relative_error_is_a_few_ulps(op: str, low: float, high: float, tmp_path
     assert float(relative.max()) < 2e-6, f"{op}: worst relative error {relative.max():.2e}"
 
 
+def test_exp_overflows_to_inf_underflows_to_zero_and_keeps_nan(tmp_path: Path) -> None:
+    x = np.array([89.0, 1e30, np.inf, -104.0, -1e30, -np.inf, np.nan, 88.0, -87.0] * 3, np.float32)
+    compiled = compile_model(_unary_model("Exp", x.size), CompileOptions(opt_level=3))
+    path = tmp_path / "exp.temper"
+    compiled.save(path)
+    y = compiler.runtime.load(path).run({"x": x})["y"]
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(want))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_array_equal(y[want == 0], 0.0)
+    finite = np.isfinite(want) & (want > 0)
+    np.testing.assert_allclose(y[finite], want[finite], rtol=2e-6)
+
+
 # ---- log and pow: inline float32 (emit_log, emit_pow), in vectorized and in scalar loops --------------
 
 FLT_BITS_MIN_NORMAL, FLT_BITS_INF = 0x00800000, 0x7F800000
@@ -68,12 +84,13 @@ def _elementwise_model(op: str, inputs: list[str], shape: list[int]) -> bytes:
 
 
 def _run_elementwise(op: str, args: list[np.ndarray], form: str, tmp_path: Path) -> np.ndarray:
-    """op over 1-D float32 args: one long row is vectorized (with a masked tail), rows of 7 are too
-    short to be and run the scalar code."""
+    """op over 1-D float32 args: one long row is vectorized (with a masked tail), rows narrower than
+    the shortest vector the schedule makes run the scalar code."""
     n = args[0].size
-    pad = (-n) % 7
+    width = MIN_SHORT_VECTOR - 1
+    pad = (-n) % width
     padded = [np.concatenate([a, np.ones(pad, np.float32)]) for a in args]
-    shape = [n + pad] if form == "vector" else [(n + pad) // 7, 7]
+    shape = [n + pad] if form == "vector" else [(n + pad) // width, width]
     names = ["x", "y"][: len(args)]
     model = _elementwise_model(op, names, shape)
     options = CompileOptions(opt_level=3)

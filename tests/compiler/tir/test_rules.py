@@ -22,6 +22,7 @@ from compiler.tir.lower import lower, stages_of
 from compiler.tir.printer import func_str
 from compiler.tir.rules import (
     MIN_PARALLEL_WORK,
+    MIN_SHORT_VECTOR,
     KernelInfo,
     block_of,
     generic_schedule,
@@ -148,7 +149,8 @@ def test_short_leading_loops_are_fused_until_every_core_has_work(rng: np.random.
 @pytest.mark.parametrize(
     ("width", "inner"),
     [
-        (LANES - 1, ForKind.SERIAL),  # narrower than a vector: left scalar
+        (MIN_SHORT_VECTOR - 1, ForKind.SERIAL),  # a few columns: left scalar
+        (LANES - 1, ForKind.VECTORIZED),  # narrower than a vector: one shorter vector
         (37, ForKind.VECTORIZED),  # not a multiple of the lanes, short: one vector of 37
         (101, ForKind.VECTORIZED),  # long: split into vectors, the last one masked
     ],
