@@ -175,6 +175,26 @@ def _profile(name: str, opt_level: int = 3, disabled_passes: frozenset[str] = fr
         print(f"  {float(call['median']) * 1e3:8.3f} ms  {call['kernel']}  ({nodes})")
 
 
+def _ratio(latency: dict[str, float], system: str) -> float | None:
+    """`system`'s latency over onnxruntime's, None when either is missing."""
+    if system not in latency or "onnxruntime" not in latency:
+        return None
+    return latency[system] / latency["onnxruntime"]
+
+
+def _row_summary(row: dict[str, Any]) -> str:
+    latency = row.get("latency_s", {})
+    parts = [f"{system} {seconds * 1e3:.2f} ms" for system, seconds in latency.items()]
+    for system in ("temper", "temper_tuned"):
+        ratio = _ratio(latency, system)
+        if ratio is not None:
+            parts.append(f"{system}/onnxruntime {ratio:.2f}")
+    if "tune" in row:
+        parts.append(f"tuned {row['tune']['tasks']} tasks in {row['tune']['tune_s']:.0f} s")
+    parts += [f"{system} failed: {message}" for system, message in row.get("errors", {}).items()]
+    return f"{row['name']}: " + ", ".join(parts)
+
+
 def _geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
@@ -223,9 +243,12 @@ def main(argv: list[str] | None = None) -> None:
                     "latency_s": {},
                 }
             rows.append(row)
+            print(f"  {_row_summary(row)}", flush=True)  # a long tuned run shows each model as it ends
     systems = ["temper", *(["temper_tuned"] if args.tuned else []), "onnxruntime", "pytorch"]
-    print("\n| model | " + " | ".join(f"{s} ms" for s in systems) + " | temper/ort | compile s | kernels |")
-    print("|" + "---|" * (len(systems) + 4))
+    tuned_column = " tuned/ort |" if args.tuned else ""
+    header = " | ".join(f"{s} ms" for s in systems)
+    print(f"\n| model | {header} | temper/ort |{tuned_column} compile s | kernels |")
+    print("|" + "---|" * (len(systems) + 4 + bool(args.tuned)))
     ratios = []
     for row in rows:
         latency = row["latency_s"]
@@ -236,10 +259,14 @@ def main(argv: list[str] | None = None) -> None:
         if ratio is not None:
             ratios.append(ratio)
         compile_s = f"{row['compile_s']:.1f}" if "compile_s" in row else "—"
+        tuned_cell = ""
+        if args.tuned:
+            tuned_ratio = _ratio(latency, "temper_tuned")
+            tuned_cell = f" {f'{tuned_ratio:.2f}' if tuned_ratio else '—'} |"
         print(
             f"| {row['name']} | "
             + " | ".join(cells)
-            + f" | {f'{ratio:.2f}' if ratio else '—'} | {compile_s} "
+            + f" | {f'{ratio:.2f}' if ratio else '—'} |{tuned_cell} {compile_s} "
             f"| {row.get('kernels', '—')} |"
         )
     print(f"\ngeo-mean temper/onnxruntime over {len(ratios)} models: {_geomean(ratios):.2f}")

@@ -31,3 +31,20 @@ def test_a_row_times_every_system_and_checks_temper(tmp_path: Path) -> None:
     assert row["errors"] == {}
     assert set(row["latency_s"]) == {"temper", "onnxruntime", "pytorch"}
     assert row["worst_error"] < 1e-4 and row["kernels"] > 0
+
+
+def test_a_row_summary_names_every_latency_ratio_and_failure() -> None:
+    from bench.zoo import _row_summary
+
+    row = {
+        "name": "net",
+        "latency_s": {"temper": 0.002, "temper_tuned": 0.001, "onnxruntime": 0.004},
+        "errors": {"pytorch": "RuntimeError: no"},
+        "tune": {"tasks": 3, "tune_s": 12.4},
+    }
+    assert _row_summary(row) == (
+        "net: temper 2.00 ms, temper_tuned 1.00 ms, onnxruntime 4.00 ms, temper/onnxruntime 0.50, "
+        "temper_tuned/onnxruntime 0.25, tuned 3 tasks in 12 s, pytorch failed: RuntimeError: no"
+    )
+    failed = {"name": "bad", "latency_s": {}, "errors": {"temper": "X"}}
+    assert _row_summary(failed) == "bad: temper failed: X"
