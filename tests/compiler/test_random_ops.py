@@ -171,7 +171,9 @@ def test_random_winograd_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no
     _check(model, feeds, tmp_path, opt_level=3)
 
 
-def test_winograd_with_a_fused_epilogue_and_a_residual(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("activation", ["relu", "silu"])
+def test_winograd_with_a_fused_epilogue_and_a_residual(activation: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The second activation is either a plain epilogue (relu) or a diamond (x * sigmoid(x))."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(7)
@@ -184,8 +186,16 @@ def test_winograd_with_a_fused_epilogue_and_a_residual(tmp_path) -> None:  # typ
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
         helper.make_node("Add", ["c2", "x"], ["s"], name="residual"),
-        helper.make_node("Relu", ["s"], ["y"], name="relu2"),
     ]
+    if activation == "relu":
+        nodes.append(helper.make_node("Relu", ["s"], ["y"], name="relu2"))
+        last = {"relu2"}
+    else:
+        nodes += [
+            helper.make_node("Sigmoid", ["s"], ["g"], name="gate"),
+            helper.make_node("Mul", ["s", "g"], ["y"], name="silu"),
+        ]
+        last = {"gate", "silu"}
     shape = [1, c, 14, 9]
     g = helper.make_graph(
         nodes,
@@ -198,7 +208,7 @@ def test_winograd_with_a_fused_epilogue_and_a_residual(tmp_path) -> None:  # typ
     compiled = compile_model(model.SerializeToString(), CompileOptions())
     assert set(compiled.manifest["conv_algorithms"]["winograd"]) == {"conv1", "conv2"}
     kernels = [k for k in compiled.manifest["kernels"] if "winograd" in k["name"]]
-    assert [set(k["nodes"]) for k in kernels] == [{"conv1", "relu1"}, {"conv2", "residual", "relu2"}]
+    assert [set(k["nodes"]) for k in kernels] == [{"conv1", "relu1"}, {"conv2", "residual", *last}]
     _check(model, {"x": _randn(rng, *shape)}, tmp_path, opt_level=3)
 
 
