@@ -17,7 +17,7 @@ from compiler.ops.common import FLOAT, NUMERIC, expect_args, expect_dtype, fail,
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import Block, Expr, FloatImm, Load, Var, walk_expr
+from compiler.tir.ir import Block, Expr, FloatImm, Load, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_WORK,
     KernelInfo,
@@ -25,6 +25,7 @@ from compiler.tir.rules import (
     inline_injective,
     root_loops,
     store_of,
+    vars_of,
 )
 from compiler.tir.trace import Schedule
 
@@ -136,14 +137,8 @@ def _reduces_innermost(b: Block) -> bool:
     """Whether the reduced input's innermost (contiguous) index runs over a reduced axis."""
     reduced = {iv.var for iv in b.iter_vars if iv.reduce}
     store = store_of(b)
-    return any(
-        isinstance(e, Load) and e.buffer != store.buffer and e.indices and set(_vars(e.indices[-1])) & reduced
-        for e in walk_expr(store.value)
-    )
-
-
-def _vars(e: Expr) -> list[Var]:
-    return [x for x in walk_expr(e) if isinstance(x, Var)]
+    reads = [e for e in walk_expr(store.value) if isinstance(e, Load) and e.buffer != store.buffer]
+    return any(e.indices and set(vars_of(e.indices[-1])) & reduced for e in reads)
 
 
 def reduce_schedule(sch: Schedule, info: KernelInfo) -> None:
@@ -160,7 +155,7 @@ def reduce_schedule(sch: Schedule, info: KernelInfo) -> None:
     red = _reduction_block(sch)
     loops = root_loops(sch, red.name)
     bindings = zip(red.iter_vars, red.bindings, strict=True)
-    reduce_vars = {v for iv, bnd in bindings if iv.reduce for v in _vars(bnd)}
+    reduce_vars = {v for iv, bnd in bindings if iv.reduce for v in vars_of(bnd)}
     spatial = [f.var.name for f in loops if f.var not in reduce_vars]
     reduced = [f.var.name for f in loops if f.var in reduce_vars]
     if not spatial:

@@ -88,7 +88,7 @@ def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: 
     reduce_loops: set[str] = set()
     for iv, bnd in zip(b.iter_vars, b.bindings, strict=True):
         if iv.reduce:
-            reduce_loops.update(v.name for v in _vars(bnd))
+            reduce_loops.update(v.name for v in vars_of(bnd))
     spatial = [f for f in loops if f.var.name not in reduce_loops]
     if not spatial:
         return None
@@ -136,7 +136,8 @@ def _child_for(f: For) -> For | None:
     return f.body if isinstance(f.body, For) else None
 
 
-def _vars(e: Expr) -> list[Var]:
+def vars_of(e: Expr) -> list[Var]:
+    """The variables an expression reads (a loop binding's loop vars, an index's iterators)."""
     return [x for x in walk_expr(e) if isinstance(x, Var)]
 
 
