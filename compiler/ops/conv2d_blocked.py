@@ -153,21 +153,30 @@ def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int
     """(channel blocks, output columns) of a register tile.
 
     Accumulators, one register per weight vector and one for the broadcast input value must fit the
-    registers. Among the tiles that fit, the one with the fewest cycles per FMA, counting two FMAs
-    and two loads (weight vectors and input broadcasts) per cycle and enough accumulators to cover
-    the FMA latency (_FMA_IN_FLIGHT); ties go to the larger tile (less loop and store overhead)."""
+    registers. Among the tiles that fit, the one with the fewest cycles per FMA over a whole row of
+    `ow` columns, counting two FMAs and two loads (weight vectors and input broadcasts) per cycle
+    and enough accumulators to cover the FMA latency (_FMA_IN_FLIGHT). The tile need not divide the
+    row: a last, narrower tile runs the remainder (the loop is partitioned, see
+    compiler/tir/partition.py), so a prime width such as 17 or 71 still gets a wide tile. Ties go to
+    a tile without a tail, then to the larger tile (less loop and store overhead)."""
     regs = target.vector_registers
     vecs = max(1, -(-block // target.lanes()))
-    best, best_key = (1, 1), (float("inf"), 0)
+
+    def cycles(cols: int, per_col: int) -> float:
+        acc = cols * per_col
+        return max(acc / 2, (per_col + cols) / 2, _FMA_IN_FLIGHT / 2)
+
+    best, best_key = (1, 1), (float("inf"), True, 0)
     for nb in (1, 2, 3, 4):
         if blocks % nb:
             continue
         per_col = nb * vecs
         max_w = (regs - per_col - 1) // per_col
-        for owt in (d for d in range(1, min(ow, max_w) + 1) if ow % d == 0):
+        for owt in range(1, min(ow, max_w) + 1):
+            tail = ow % owt
+            row = (ow // owt) * cycles(owt, per_col) + (cycles(tail, per_col) if tail else 0.0)
             acc = owt * per_col
-            cycles = max(acc / 2, (per_col + owt) / 2, _FMA_IN_FLIGHT / 2)
-            key = (cycles / acc, -acc)
+            key = (round(row / (ow * per_col), 9), tail > 0, -acc)
             if key < best_key:
                 best, best_key = (nb, owt), key
     return best
@@ -212,8 +221,7 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     ow = extents[3]
     nb0, owt0 = register_tile(info.target, extents[1], extents[4], ow)
     nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
-    options = [d for d in range(1, min(ow, 28) + 1) if ow % d == 0]
-    owt = sch.decide("owt", options, owt0 if nb == nb0 else 1)
+    owt = sch.decide("owt", list(range(1, min(ow, 28) + 1)), owt0 if nb == nb0 else 1)
     ocbo, ocbi = sch.split(locb, [None, nb])
     owo, owi = sch.split(low, [None, owt])
     tiles = (

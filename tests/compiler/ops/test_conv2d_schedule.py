@@ -13,7 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.kernels import Workload, choose_rule
+from compiler.ops.conv2d_blocked import register_tile
 from compiler.pipeline import CompileOptions, frontier_for
+from compiler.target import parse_target
 
 
 def _conv_model(c: int, oc: int, k: int, *, groups: int = 1, stride: int = 1, hw: int = 16) -> bytes:
@@ -114,3 +116,29 @@ def test_each_blocked_conv_kind_gets_its_rule(conv: dict[str, int], asked: set[s
     _, rule, fallback = choose_rule(w, dec)
     assert (rule, fallback) == ("conv2d_nchwc", None)
     assert set(dec.asked) == asked
+
+
+@pytest.mark.parametrize("target", ["haswell", "skylake-avx512"])
+def test_register_tiles_fit_and_prime_rows_get_wide_tiles(target: str) -> None:
+    """Every row width gets a tile that fits the registers; a width with no good divisor (a prime
+    such as 17 or 71, as Inception's planes have) gets a wide tile and a narrower last one instead of
+    one column at a time; a width with a good divisor keeps a tile that divides it."""
+    t = parse_target(target)
+    regs, lanes = t.vector_registers, t.lanes()
+    for ow in range(1, 80):
+        nb, owt = register_tile(t, 8, lanes, ow)
+        assert nb * owt + nb + 1 <= regs and 1 <= owt <= ow, (ow, nb, owt)
+    for prime in (17, 71, 73):
+        nb, owt = register_tile(t, 8, lanes, prime)
+        assert nb * owt >= 8 and prime % owt, (prime, nb, owt)
+    nb, owt = register_tile(t, 8, lanes, 56)
+    assert 56 % owt == 0 and nb * owt >= 8
+
+
+def test_a_prime_row_gets_a_tile_of_several_columns() -> None:
+    """The blocked conv's default on a 17-column row: a tile of several columns (the `owt`
+    decision), the row's last tile being the partitioned remainder."""
+    w = _conv_workload(_conv_model(16, 32, 3, hw=17), {"conv_algorithm"})
+    dec = _Record()
+    choose_rule(w, dec)
+    assert 1 < dec.asked["owt"] < 17 and 17 % dec.asked["owt"]
