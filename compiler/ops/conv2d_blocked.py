@@ -182,6 +182,22 @@ def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int
     return best
 
 
+def depthwise_tile(ow: int, vecs: int) -> int:
+    """Output columns per run of a depthwise conv: up to _FMA_IN_FLIGHT channel vectors in flight
+    (more only spills), the row's remainder run as a narrower last run when no divisor is as good
+    (the fewest cycles over the row, two FMAs per cycle, each run at least the FMA latency)."""
+    cap = max(1, min(ow, max(_FMA_IN_FLIGHT, vecs) // vecs))
+
+    def cycles(cols: int) -> float:
+        return max(cols * vecs / 2, _FMA_IN_FLIGHT / 2)
+
+    def key(d: int) -> tuple[float, bool, int]:
+        tail = ow % d
+        return ((ow // d) * cycles(d) + (cycles(tail) if tail else 0.0), tail > 0, -d)
+
+    return min(range(1, cap + 1), key=key)
+
+
 def depthwise_columns(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     """Depthwise convs: a run of output columns, each one channel vector, accumulates over the
     kernel window (its column taps unrolled when short).
@@ -194,8 +210,8 @@ def depthwise_columns(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     ow = extents[3]
     regs = info.target.vector_registers
     vecs = max(1, -(-extents[4] // info.target.lanes()))
-    options = [d for d in range(1, ow + 1) if ow % d == 0 and d * vecs <= regs - 4]
-    owt = sch.decide("owt", options, max(d for d in options if d * vecs <= max(8, vecs)))
+    options = [d for d in range(1, ow + 1) if d * vecs <= regs - 4]
+    owt = sch.decide("owt", options, depthwise_tile(ow, vecs))
     owo, owi = sch.split(low, [None, owt])
     sch.reorder(ln, lcb, loh, owo, lry, lrx, owi, lc)
     outer = sch.fuse(ln, lcb, loh)

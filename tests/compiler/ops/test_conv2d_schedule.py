@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.kernels import Workload, choose_rule
-from compiler.ops.conv2d_blocked import register_tile
+from compiler.ops.conv2d_blocked import depthwise_tile, register_tile
 from compiler.pipeline import CompileOptions, frontier_for
 from compiler.target import parse_target
 
@@ -142,3 +142,15 @@ def test_a_prime_row_gets_a_tile_of_several_columns() -> None:
     dec = _Record()
     choose_rule(w, dec)
     assert 1 < dec.asked["owt"] < 17 and 17 % dec.asked["owt"]
+
+
+def test_depthwise_runs_cover_prime_rows_with_several_columns() -> None:
+    """A depthwise conv keeps several channel vectors in flight on any row: 17 or 19 columns run as
+    wide runs and a remainder, a row with a good divisor keeps it."""
+    assert depthwise_tile(17, 1) > 4 and depthwise_tile(19, 1) > 4
+    assert depthwise_tile(56, 1) == 8 and depthwise_tile(14, 1) == 7
+    assert all(1 <= depthwise_tile(ow, vecs) <= ow for ow in range(1, 70) for vecs in (1, 2, 4))
+    w = _conv_workload(_conv_model(16, 16, 3, groups=16, hw=19), {"conv_algorithm"})
+    dec = _Record()
+    choose_rule(w, dec)
+    assert dec.asked["owt"] > 4
