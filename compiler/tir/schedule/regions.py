@@ -31,7 +31,10 @@ def _access_region(
 ) -> list[tuple[Expr, int, int]]:
     """Per dim: (base expr over outer vars, min offset, max offset) as inner vars range."""
     out = []
+    known = {**(outer or {}), **inner}
     for ix in indices:
+        # with the loops' ranges, (o * m + i) // m is o when 0 <= i < m: tiled reads become affine
+        ix = simplify(ix, known)
         lin = affine_coeffs(ix)
         if lin is None:
             raise ScheduleError(f"{where}: index {ix} is not affine")

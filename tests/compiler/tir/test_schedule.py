@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from compiler.errors import ScheduleError
-from compiler.tir.ir import Layout
+from compiler.tir.ir import BinOp, Layout
 from compiler.tir.printer import func_str
 from compiler.tir.trace import Instruction, Schedule, Trace, replay
 from tests.compiler.tir.kernels import matmul_relu, run_func
@@ -157,3 +157,32 @@ def test_vectorized_padded_copy_matches_numpy(width: int, vector: int) -> None:
     out = np.zeros((6, width + 5), np.float32)
     run_func(sch.func, a, out)
     np.testing.assert_array_equal(out, np.pad(a, ((1, 2), (2, 3)), constant_values=-7.0))
+
+
+def test_compute_at_reads_a_tiled_index_through_the_loops_ranges() -> None:
+    """A consumer reading its producer at (o * m + i) // m, i < m (as a Winograd output transform
+    reads a tile's products): under `o` the producer's region is the one element o, found with the
+    inner loop's range; each iteration computes only that element."""
+    from compiler.tir import compute as te
+    from compiler.tir.lower import lower
+
+    with te.tensor_scope():
+        a = te.placeholder((8,), "float32", "A")
+        p = te.compute((8,), lambda i: te.mul(a[i], te.f32(2.0)), "P", axis_names=["i"])
+        r = te.compute(
+            (16,),
+            lambda y: te.add(p[BinOp("//", y, te.idx(2))], te.f32(1.0)),
+            "R",
+            axis_names=["y"],
+            tag="elemwise",
+        )
+        func = lower("tiles", [a], r)
+    sch = Schedule(func)
+    yo, _ = sch.split("R_y", [None, 2])
+    sch.compute_at("P", yo)
+    text = func_str(sch.func)
+    assert "for P_i in range(1)" in text, text
+    x = RNG.standard_normal(8).astype(np.float32)
+    out = np.zeros(16, np.float32)
+    run_func(sch.func, x, out)
+    np.testing.assert_allclose(out, np.repeat(x * 2 + 1, 2), rtol=1e-6)
