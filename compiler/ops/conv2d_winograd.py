@@ -40,6 +40,7 @@ from compiler.tir.rules import (
     inline_injective,
     parallel_vectorize,
     root_loops,
+    store_of,
 )
 from compiler.tir.trace import Schedule
 
@@ -211,9 +212,8 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
     th, tw = _tiles(oh, ow, m)
     xp = pad_tensor(x, (0, 0, pt, pl, 0), (0, 0, m * th + 2 - h - pt, m * tw + 2 - w - pl, 0), 0.0, name)
 
-    def input_transform(nn: Expr, c: Expr, p: Expr, e: Expr, nu: Expr, ci: Expr) -> Expr:
-        row = te.mul(BinOp("//", p, te.idx(tw)), te.idx(m))
-        col = te.mul(BinOp("%", p, te.idx(tw)), te.idx(m))
+    def input_transform(nn: Expr, c: Expr, ty: Expr, tx: Expr, e: Expr, nu: Expr, ci: Expr) -> Expr:
+        row, col = te.mul(ty, te.idx(m)), te.mul(tx, te.idx(m))
 
         def at_position(a: int, b: int) -> Expr:
             return _linear_combination(
@@ -226,25 +226,25 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 
         return _by_position((e, nu), (alpha, alpha), at_position)
 
-    v = te.compute((n, icb, th * tw, alpha, alpha, ib), input_transform, f"{name}_input",
-                   tag="winograd_input", axis_names=["n", "cb", "p", "eps", "nu", "ci"],
+    v = te.compute((n, icb, th, tw, alpha, alpha, ib), input_transform, f"{name}_input",
+                   tag="winograd_input", axis_names=["n", "cb", "ty", "tx", "eps", "nu", "ci"],
                    dtype=x.dtype)  # fmt: skip
     rc, rci = te.reduce_axis(icb, "rcb"), te.reduce_axis(ib, "rci")
 
-    def product(nn: Expr, o: Expr, p: Expr, e: Expr, nu: Expr, oc: Expr) -> te.Reduce:
-        value = te.mul(v[nn, rc.var, p, e, nu, rci.var], u[e, nu, o, rc.var, rci.var, oc])
+    def product(nn: Expr, o: Expr, ty: Expr, tx: Expr, e: Expr, nu: Expr, oc: Expr) -> te.Reduce:
+        value = te.mul(v[nn, rc.var, ty, tx, e, nu, rci.var], u[e, nu, o, rc.var, rci.var, oc])
         return te.reduce_sum(value, [rc, rci])
 
-    mm = te.compute((n, ocb, th * tw, alpha, alpha, ob), product, f"{name}_product", tag="anchor_winograd",
-                    axis_names=["n", "ocb", "p", "eps", "nu", "oc"], dtype=x.dtype)  # fmt: skip
+    mm = te.compute((n, ocb, th, tw, alpha, alpha, ob), product, f"{name}_product", tag="anchor_winograd",
+                    axis_names=["n", "ocb", "ty", "tx", "eps", "nu", "oc"], dtype=x.dtype)  # fmt: skip
 
     def output_transform(nn: Expr, o: Expr, y: Expr, xx: Expr, oc: Expr) -> Expr:
-        p = te.add(te.mul(BinOp("//", y, te.idx(m)), te.idx(tw)), BinOp("//", xx, te.idx(m)))
+        ty, tx = BinOp("//", y, te.idx(m)), BinOp("//", xx, te.idx(m))
 
         def at_position(i: int, j: int) -> Expr:
             return _linear_combination(
                 [
-                    (at[i][a] * at[j][b], mm[nn, o, p, te.idx(a), te.idx(b), oc])
+                    (at[i][a] * at[j][b], mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc])
                     for a in range(alpha)
                     for b in range(alpha)
                 ]
@@ -256,11 +256,48 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
                       axis_names=["n", "ocb", "oh", "ow", "oc"], dtype=out.dtype)  # fmt: skip
 
 
+# A chunk's transformed tiles and products live on the stack of the thread running it: its default
+# size keeps them within this many bytes (in cache between the three steps), and no chunk the tuner
+# may pick exceeds MAX_CHUNK_BYTES.
+CHUNK_BYTES = 128 << 10
+MAX_CHUNK_BYTES = 512 << 10
+MAX_CHUNK_TILES = 32
+
+
+def chunk_options(c: int, oc: int, tw: int, alpha: int) -> list[int]:
+    """Tiles of one tile row per chunk the schedule may take; 0 is the three passes over the plane."""
+    per_tile = alpha * alpha * (c + oc) * 4
+    return [0, *(q for q in range(1, min(tw, MAX_CHUNK_TILES) + 1) if q * per_tile <= MAX_CHUNK_BYTES)]
+
+
+def chunk_default(c: int, oc: int, th: int, tw: int, alpha: int) -> int:
+    """0 (three passes) when the transformed weights outweigh the transformed tiles: a pass per
+    step then reads each weight once, where chunks would read them all once per chunk. Otherwise
+    (large planes, few channels) the most tiles whose buffers fit CHUNK_BYTES, a divisor of the tile
+    row when one is at least half as many (no narrower last chunk)."""
+    tiles_bytes = th * tw * alpha * alpha * (c + oc) * 4
+    weight_bytes = alpha * alpha * c * oc * 4
+    if tiles_bytes <= weight_bytes:
+        return 0
+    per_tile = alpha * alpha * (c + oc) * 4
+    fits = [q for q in chunk_options(c, oc, tw, alpha) if q and q * per_tile <= CHUNK_BYTES]
+    if not fits:
+        return 0
+    widest = max(fits)
+    dividing = [q for q in fits if tw % q == 0 and 2 * q >= widest]
+    return max(dividing) if dividing else widest
+
+
 def _schedule(sch: Schedule, info: KernelInfo) -> None:
-    """Three nests: the input transform (one tile of every channel vector at a time, its positions
+    """Three steps: the input transform (one tile of every channel vector at a time, its positions
     unrolled so each keeps only its own nonzero coefficients), the (alpha x alpha) matrix products
     over channels with the register tile of a pointwise conv (channel blocks x tiles), and the
-    output transform computed straight into the kernel's output with the fused epilogue."""
+    output transform computed straight into the kernel's output with the fused epilogue.
+
+    Either each step is a pass over the whole plane (the default when the transformed weights are
+    the larger data: each is read once), or the plane is cut into chunks of tiles along a tile row
+    and all three steps run per chunk (the `chunk` decision: large planes with few channels, whose
+    transformed tiles would otherwise make a round trip through memory)."""
     base = info.anchor_block  # the op's own stage: the output transform
     assert base is not None
     product = f"{base}_product"
@@ -272,40 +309,48 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
     if base in sch.blocks() and base != out:
         sch.compute_inline(base)
     blk = block_of(sch, product)
-    extents = [iv.extent for iv in blk.iter_vars]
-    threads = sch.decide("parallel", [True, False], 2 * math.prod(extents) >= MIN_PARALLEL_FLOPS)
-    m = block_of(sch, inp).iter_vars[3].extent - 2  # alpha - 2
-
-    # input transform: (n, cb, p) outer, channel lanes vectorized, positions unrolled inside
-    ln, lcb, lp, le, lnu, lci = [f.var.name for f in root_loops(sch, inp)]
-    sch.reorder(ln, lcb, lp, lci, le, lnu)
-    outer = sch.fuse(ln, lcb, lp)
-    if threads:
-        sch.parallel(outer)
-    sch.vectorize(lci)
-    sch.unroll(le)
-    sch.unroll(lnu)
+    ext = [iv.extent for iv in blk.iter_vars]  # n, ocb, th, tw, alpha, alpha, ob, rcb, rci
+    n_ocb, th, tw, alpha, ob = ext[1], ext[2], ext[3], ext[4], ext[6]
+    c, oc = ext[7] * ext[8], n_ocb * ob
+    m = alpha - 2
+    threads = sch.decide("parallel", [True, False], 2 * math.prod(ext) >= MIN_PARALLEL_FLOPS)
+    chunk = sch.decide("chunk", chunk_options(c, oc, tw, alpha), chunk_default(c, oc, th, tw, alpha))
+    if chunk:
+        _chunked(sch, info, product, inp, out, threads, m, chunk)
+    else:
+        _three_passes(sch, info, product, inp, out, threads, m)
     if pad in sch.blocks():
         parallel_vectorize(sch, pad, info.target)
 
-    # products: per position, a pointwise conv over the tiles
-    ln, locb, lp, le, lnu, loc, lrc, lrci = [f.var.name for f in root_loops(sch, product)]
-    nb0, pt0 = register_tile(info.target, extents[1], extents[5], extents[2])
-    nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
-    options = [d for d in range(1, min(extents[2], 28) + 1) if extents[2] % d == 0]
-    pt = sch.decide("pt", options, pt0 if nb == nb0 else 1)
-    ocbo, ocbi = sch.split(locb, [None, nb])
-    po, pi = sch.split(lp, [None, pt])
-    sch.reorder(ln, le, lnu, ocbo, po, lrc, lrci, pi, ocbi, loc)
-    outer = sch.fuse(ln, le, lnu, ocbo)
+
+def _input_nest(sch: Schedule, inp: str, outer: list[str]) -> list[str]:
+    """The input transform's loops below `outer`: channel lanes vectorized around the unrolled
+    positions. Returns the loops (n, cb, ty, tx) left outside the lanes, outermost first."""
+    loops = [f.var.name for f in root_loops(sch, inp)]
+    ln, lcb, lty, ltx, le, lnu, lci = loops[len(outer) :]
+    sch.reorder(ln, lcb, lty, ltx, lci, le, lnu)
+    sch.vectorize(lci)
+    sch.unroll(le)
+    sch.unroll(lnu)
+    return [ln, lcb, lty, ltx]
+
+
+def _three_passes(
+    sch: Schedule, info: KernelInfo, product: str, inp: str, out: str, threads: bool, m: int
+) -> None:
+    outer = sch.fuse(*_input_nest(sch, inp, []))
     if threads:
         sch.parallel(outer)
-    sch.unroll(ocbi)
-    sch.unroll(pi)
-    sch.vectorize(loc)
-    sch.decompose_reduction(product, lrc)
 
-    # output transform (+ epilogue): one output tile of one channel vector at a time
+    ln, locb, lty, ltx, le, lnu, loc, lrc, lrci = [f.var.name for f in root_loops(sch, product)]
+    ext = [iv.extent for iv in block_of(sch, product).iter_vars]
+    lp = sch.fuse(lty, ltx)
+    tiles = ext[2] * ext[3]
+    _register_tile(sch, info, product, [ln, locb, lp, le, lnu, loc, lrc, lrci], ext[1], ext[6], tiles)
+    outer = sch.fuse(*[f.var.name for f in root_loops(sch, product)][:4])  # n, eps, nu, channel tiles
+    if threads:
+        sch.parallel(outer)
+
     ln, locb, loh, low, loc = [f.var.name for f in root_loops(sch, out)]
     oho, ohi = sch.split(loh, [None, m])
     owo, owi = sch.split(low, [None, m])
@@ -318,7 +363,63 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
     sch.unroll(owi)
 
 
+def _chunked(
+    sch: Schedule, info: KernelInfo, product: str, inp: str, out: str, threads: bool, m: int, chunk: int
+) -> None:
+    """Per chunk of `chunk` tiles of one tile row: its input tiles transformed, their products for
+    every output channel, the output transform of the chunk; the chunks' buffers are local (sized
+    to one chunk). Tile rows run in parallel, a row's chunks in order."""
+    ln, locb, loh, low, loc = [f.var.name for f in root_loops(sch, out)]
+    oho, ohi = sch.split(loh, [None, m])
+    owo, owi = sch.split(low, [None, m])
+    owc, owq = sch.split(owo, [None, chunk])
+    sch.reorder(ln, oho, owc, locb, owq, ohi, owi, loc)
+    rows = sch.fuse(ln, oho)
+    if threads:
+        sch.parallel(rows)
+    sch.vectorize(loc)
+    sch.unroll(ohi)
+    sch.unroll(owi)
+    sch.compute_at(product, owc)
+    sch.compute_at(inp, owc)
+    for block in (product, inp):
+        sch.set_scope(store_of(block_of(sch, block)).buffer.name, "local")
+    _input_nest(sch, inp, [rows, owc])
+    loops = [f.var.name for f in root_loops(sch, product)][2:]
+    ln, locb, lty, ltx, le, lnu, loc, lrc, lrci = loops
+    ext = [iv.extent for iv in block_of(sch, product).iter_vars]
+    lp = sch.fuse(lty, ltx)
+    _register_tile(sch, info, product, [ln, locb, lp, le, lnu, loc, lrc, lrci], ext[1], ext[6], chunk)
+
+
+def _register_tile(
+    sch: Schedule, info: KernelInfo, product: str, loops: list[str], blocks: int, block: int, tiles: int
+) -> None:
+    """Per position, a pointwise conv over the tiles: the register tile of a blocked conv (channel
+    blocks x tiles) accumulating over the input channels. `loops`: the product's loops (n, ocb,
+    tiles, eps, nu, oc, rcb, rci), outermost first."""
+    ln, locb, lp, le, lnu, loc, lrc, lrci = loops
+    nb0, pt0 = register_tile(info.target, blocks, block, tiles)
+    nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if blocks % d == 0], nb0)
+    pt = sch.decide("pt", list(range(1, min(tiles, 28) + 1)), pt0 if nb == nb0 else 1)
+    ocbo, ocbi = sch.split(locb, [None, nb])
+    po, pi = sch.split(lp, [None, pt])
+    sch.reorder(ln, le, lnu, ocbo, po, lrc, lrci, pi, ocbi, loc)
+    sch.unroll(ocbi)
+    sch.unroll(pi)
+    sch.vectorize(loc)
+    sch.decompose_reduction(product, lrc)
+
+
 # conv2d_winograd_nchwc(x, transformed_weight), attrs: pads (top, left, bottom, right), tile
 register(
-    OpDef("conv2d_winograd_nchwc", Pattern.ANCHOR, _infer, _reference, compute=_compute, schedule=_schedule)
+    OpDef(
+        "conv2d_winograd_nchwc",
+        Pattern.ANCHOR,
+        _infer,
+        _reference,
+        compute=_compute,
+        schedule=_schedule,
+        version=2,  # 2: tiles indexed by (row, column), the `chunk` decision
+    )
 )

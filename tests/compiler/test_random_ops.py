@@ -9,10 +9,14 @@ to a few hundred products of O(1) values).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 
+import compiler.runtime
+from compiler.kernels import ScheduleChoice, default_schedule
 from compiler.pipeline import CompileOptions, compile_model, inspect_model
 from compiler.target import parse_target
 from tests.compiler.frontend.onnx_check import run_ort, single_op
@@ -169,6 +173,54 @@ def test_random_winograd_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no
     oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
     assert (len(algorithms["winograd"]) == 1) == (min(oh, ow) >= 4), algorithms
     _check(model, feeds, tmp_path, opt_level=3)
+
+
+class _Forced:
+    """A decider taking the given values and every other decision's default."""
+
+    def __init__(self, force: dict[str, Any]) -> None:
+        self.force = force
+
+    def choose(self, name: str, options: Sequence[Any], default: Any) -> Any:
+        return self.force.get(name, default)
+
+
+@pytest.mark.parametrize(
+    ("force", "tile"),
+    [
+        ({"chunk": 0}, 2),  # a pass per step over the whole plane
+        ({"chunk": 3}, 2),  # chunks of 3 tiles: a tile row of 10 ends in a chunk of 1
+        ({"chunk": 5, "pt": 2, "nb": 1}, 2),  # register tiles of 2 in chunks of 5: a tile tail
+        ({"chunk": 4, "parallel": False}, 2),
+        ({"chunk": 2}, 4),
+        ({"chunk": 0, "pt": 3}, 4),
+    ],
+)
+def test_winograd_chunks_and_passes_match_onnxruntime(force: dict[str, Any], tile: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Either schedule of a Winograd conv (three passes over the plane, or all three steps per chunk
+    of tiles with chunk-sized local buffers), with chunks and register tiles that do not divide the
+    tile row, forced through a per-node override, against onnxruntime."""
+    rng = np.random.default_rng(11)
+    c = max(32, 2 * parse_target("host").lanes()) if tile == 2 else 128
+    x = _randn(rng, 1, c, 19, 20 if tile == 2 else 17)
+    weight = _randn(rng, c, c, 3, 3) / np.float32(np.sqrt(9 * c))
+    model, feeds = single_op("Conv", {"x": x}, {"w": weight, "b": _randn(rng, c)}, pads=[1, 1, 1, 1])
+    data = model.SerializeToString()
+    plain = compile_model(data, CompileOptions())
+    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_winograd_nchwc"]
+    sch, rule = default_schedule(kernel.workload, _Forced(force))
+    assert rule == "conv2d_winograd_nchwc"
+    assert all(sch.decisions[k] == v for k, v in force.items()), sch.decisions
+    choice = ScheduleChoice(sch.trace, {"source": "override", "inline": True})
+    compiled = compile_model(data, CompileOptions(overrides={"node": choice}))  # single_op's node
+    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_winograd_nchwc"]
+    assert pinned.trace.dumps() == sch.trace.dumps()
+    assert compiled.manifest["conv_algorithms"]["winograd"] == {"node": f"F({tile}x{tile}, 3x3)"}
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run(feeds)
+    for k, v in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[k], v, atol=1e-4, rtol=1e-4, err_msg=k)
 
 
 @pytest.mark.parametrize("activation", ["relu", "silu"])
