@@ -136,7 +136,9 @@ def _profile(name: str, opt_level: int = 3, disabled_passes: frozenset[str] = fr
     ensure_generated([name])
     data, feeds = model_and_feeds(entry)
     shapes = {k: tuple(v.shape) for k, v in feeds.items()} if entry.dynamic else {}
-    op_of = {n.name: n.op_type for n in onnx.load_from_string(data).graph.node}
+    graph = onnx.load_from_string(data).graph
+    op_of = {n.name: n.op_type for n in graph.node}
+    outputs_of = {n.name: list(n.output) for n in graph.node}
     with tempfile.TemporaryDirectory(prefix="temper-profile-") as tmp:
         options = CompileOptions(opt_level=opt_level, shapes=shapes, disabled_passes=disabled_passes)
         compiled = compile_model(data, options)
@@ -160,19 +162,26 @@ def _profile(name: str, opt_level: int = 3, disabled_passes: frozenset[str] = fr
         main = main or next((op_of[n] for n in nodes if n in op_of), "(other)")
         temper_by_op[main] += float(call["median"])
     ort_by_op: dict[str, list[float]] = collections.defaultdict(list)
+    ort_by_node: dict[str, float] = collections.defaultdict(float)  # seconds per run
     for event in events:
         if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
             ort_by_op[event.get("args", {}).get("op_name", "?")].append(event["dur"] / 1e6)
+            ort_by_node[event["name"].removesuffix("_kernel_time")] += event["dur"] / 1e6 / 20
     ort_per_run = {op: sum(d) / 20 for op, d in ort_by_op.items()}
     print(f"{name}: time per run by ONNX op type (temper: the main op of each fused kernel)")
     print(f"{'op':<28}{'temper ms':>12}{'onnxruntime ms':>16}")
     for op in sorted(set(temper_by_op) | set(ort_per_run), key=lambda o: -temper_by_op.get(o, 0.0)):
         print(f"{op:<28}{temper_by_op.get(op, 0.0) * 1e3:>12.3f}{ort_per_run.get(op, 0.0) * 1e3:>16.3f}")
     print(f"{'total':<28}{sum(temper_by_op.values()) * 1e3:>12.3f}{sum(ort_per_run.values()) * 1e3:>16.3f}")
-    print("\ntemper's slowest kernels:")
+    print("\ntemper's slowest kernels (onnxruntime: its nodes of the same names, where it kept them):")
     for call in sorted(kernels, key=lambda k: -float(k["median"]))[:PROFILE_TOP]:
-        nodes = ", ".join(dict.fromkeys(fused.get(call["kernel"], [])))[:100]
-        print(f"  {float(call['median']) * 1e3:8.3f} ms  {call['kernel']}  ({nodes})")
+        names = list(dict.fromkeys(fused.get(call["kernel"], [])))
+        # onnxruntime's NCHWc transformer names the node it makes after its output: "<output>_nchwc"
+        theirs_names = [*names, *(f"{o}_nchwc" for n in names for o in outputs_of.get(n, []))]
+        ort_ms = sum(ort_by_node.get(n, 0.0) for n in theirs_names) * 1e3
+        theirs = f"{ort_ms:8.3f} ms" if ort_ms > 0 else f"{'-':>11}"
+        mine = float(call["median"]) * 1e3
+        print(f"  {mine:8.3f} ms {theirs}  {call['kernel']}  ({', '.join(names)[:100]})")
 
 
 def _ratio(latency: dict[str, float], system: str) -> float | None:
