@@ -68,6 +68,9 @@ VOID = ir.VoidType()
 
 WORKSPACE_ALLOC, WORKSPACE_FREE = "temper_workspace_alloc", "temper_workspace_free"  # workspace.c
 PARALLEL_FOR = "temper_parallel_for"
+MAX_STACK_BUFFER_BYTES = 1 << 20
+"""The most a `local` buffer (alloca'd) may take: the runtime's workers have 8 MiB stacks
+(parallel.c), and so do the default threads that call kernels."""
 """The parallel runtime's entry (compiler/codegen/parallel.c): (body, data, extent), where
 `body(data, start, end)` runs the iterations [start, end) of an outlined parallel loop."""
 
@@ -632,6 +635,11 @@ class KernelEmitter:
         mem = _MEM_TYPES[buf.dtype]
         nbytes = buf.size * (mem.width // 8 if isinstance(mem, ir.IntType) else 4 if mem == F32 else 8)
         if buf.scope == "local" or nbytes <= 4096:
+            if nbytes > MAX_STACK_BUFFER_BYTES:
+                raise CodegenError(
+                    f"local buffer {buf.name} of {nbytes} bytes exceeds the {MAX_STACK_BUFFER_BYTES} bytes "
+                    "a kernel may keep on a thread's stack"
+                )
             arr = ctx.entry.alloca(ir.ArrayType(mem, buf.size))
             arr.align = 64
             ctx.bufs[buf] = arr

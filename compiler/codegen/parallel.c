@@ -81,6 +81,7 @@
 #include <unistd.h>
 
 #define API __attribute__((visibility("default")))
+#define WORKER_STACK_BYTES ((size_t)8 << 20)
 #define LINE 128 /* two cache lines: adjacent-line prefetch must not couple two threads' words */
 
 #ifndef CHUNKS_PER_SHARE
@@ -295,6 +296,9 @@ static void start_pool(void) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* kernels keep per-chunk buffers on the stack (register tiles, a Winograd chunk's tiles, at most
+     * MAX_STACK_BUFFER_BYTES each, see llvm.py): a fixed size, whatever the environment's default */
+    pthread_attr_setstacksize(&attr, WORKER_STACK_BYTES);
     sigset_t all, old; /* workers take no signals: they go to the application's threads */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from compiler.codegen.llvm import MAX_STACK_BUFFER_BYTES
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr, ints_attr, non_negative
 from compiler.ops.conv2d import conv_output_hw, pad_tensor
 from compiler.ops.conv2d_blocked import register_tile
@@ -260,7 +261,7 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 # size keeps them within this many bytes (in cache between the three steps), and no chunk the tuner
 # may pick exceeds MAX_CHUNK_BYTES.
 CHUNK_BYTES = 128 << 10
-MAX_CHUNK_BYTES = 512 << 10
+MAX_CHUNK_BYTES = MAX_STACK_BUFFER_BYTES // 2
 MAX_CHUNK_TILES = 32
 
 

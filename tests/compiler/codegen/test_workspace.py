@@ -129,3 +129,25 @@ def _library(tmp_path: Path, library: bytes) -> Path:
     path = tmp_path / "lib.so"
     path.write_bytes(library)
     return path
+
+
+def test_a_local_buffer_too_large_for_a_stack_is_refused() -> None:
+    """A `local` buffer lives on the running thread's stack: one past MAX_STACK_BUFFER_BYTES is a
+    CodegenError naming it, not a crash at run time; a register-sized one compiles."""
+    from compiler.codegen.library import CodeLibrary
+    from compiler.codegen.llvm import MAX_STACK_BUFFER_BYTES
+    from compiler.errors import CodegenError
+    from compiler.target import host_target
+    from compiler.tir.flatten import flatten
+    from compiler.tir.trace import Schedule
+    from tests.compiler.tir.kernels import matmul_relu
+
+    side = 1024  # C is side x side floats, all of it touched at the root: 4 MiB
+    assert side * side * 4 > MAX_STACK_BUFFER_BYTES
+    sch = Schedule(matmul_relu(side, side, 4))
+    sch.set_scope("C", "local")
+    with pytest.raises(CodegenError, match=r"local buffer C of \d+ bytes exceeds"):
+        CodeLibrary(host_target()).add_kernel(flatten(sch.func), "kernel")
+    small = Schedule(matmul_relu(8, 8, 4))
+    small.set_scope("C", "local")
+    CodeLibrary(host_target()).add_kernel(flatten(small.func), "kernel")
