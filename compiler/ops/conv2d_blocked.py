@@ -153,12 +153,15 @@ def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int
     """(channel blocks, output columns) of a register tile.
 
     Accumulators, one register per weight vector and one for the broadcast input value must fit the
-    registers. Among the tiles that fit, the one with the fewest cycles per FMA over a whole row of
-    `ow` columns, counting two FMAs and two loads (weight vectors and input broadcasts) per cycle
-    and enough accumulators to cover the FMA latency (_FMA_IN_FLIGHT). The tile need not divide the
-    row: a last, narrower tile runs the remainder (the loop is partitioned, see
-    compiler/tir/partition.py), so a prime width such as 17 or 71 still gets a wide tile. Ties go to
-    a tile without a tail, then to the larger tile (less loop and store overhead)."""
+    registers with two to spare (a tile filling them all spills in the compiled loop). Among the
+    tiles that fit, the one with the fewest cycles per FMA over a whole row of `ow` columns, counting
+    two FMAs and two loads (weight vectors and input broadcasts) per cycle and enough accumulators
+    to cover the FMA latency (_FMA_IN_FLIGHT). The tile need not divide the row: a last, narrower
+    tile runs the remainder (the loop is partitioned, see compiler/tir/partition.py), so a prime
+    width such as 17 or 71 still gets a wide tile. Ties go to the tile loading the fewest bytes per
+    FMA (a weight vector per column of the tile, an input value per channel block of it: the inputs
+    and weights of a deep reduction come from L2), then to a tile without a tail, then to the larger
+    tile (less loop and store overhead)."""
     regs = target.vector_registers
     vecs = max(1, -(-block // target.lanes()))
 
@@ -166,17 +169,18 @@ def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int
         acc = cols * per_col
         return max(acc / 2, (per_col + cols) / 2, _FMA_IN_FLIGHT / 2)
 
-    best, best_key = (1, 1), (float("inf"), True, 0)
+    best, best_key = (1, 1), (float("inf"), float("inf"), True, 0)
     for nb in (1, 2, 3, 4):
         if blocks % nb:
             continue
         per_col = nb * vecs
-        max_w = (regs - per_col - 1) // per_col
+        max_w = (regs - per_col - 3) // per_col
         for owt in range(1, min(ow, max_w) + 1):
             tail = ow % owt
             row = (ow // owt) * cycles(owt, per_col) + (cycles(tail, per_col) if tail else 0.0)
             acc = owt * per_col
-            key = (round(row / (ow * per_col), 9), tail > 0, -acc)
+            traffic = 1 / owt + 1 / per_col
+            key = (round(row / (ow * per_col), 9), round(traffic, 9), tail > 0, -acc)
             if key < best_key:
                 best, best_key = (nb, owt), key
     return best
