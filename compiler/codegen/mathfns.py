@@ -65,21 +65,16 @@ def _poly(b: ir.IRBuilder, x: ir.Value, coeffs: list[float]) -> ir.Value:
 
 
 def emit_exp(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-    """e^x: the polynomial on x clamped to where its 2^n scale is a normal float, then the ends put
-    right: past float32's largest value inf, where even the smallest subnormal rounds away 0, NaN
-    stays NaN (the clamp alone would turn these into finite numbers)."""
-    ty = x.type
-    r = _exp_clamped(b, x)
-    r = b.select(b.fcmp_ordered(">", x, _const(ty, 88.72283935546875)), _const(ty, math.inf), r)
-    r = b.select(b.fcmp_ordered("<", x, _const(ty, -103.97207708)), _const(ty, 0.0), r)
-    return b.select(b.fcmp_unordered("uno", x, x), x, r)
-
-
-def _exp_clamped(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """e^x = 2^n * e^r, r = x - n ln 2 in [-ln2/2, ln2/2]: a polynomial for e^r, then 2^n applied as
+    two factors 2^(n - n//2) and 2^(n//2), each a normal float for every n the clamp allows, so the
+    product rounds once: to a subnormal down to e^-103.97, to inf past float32's largest value. x is
+    clamped to where that holds ([-105, 88.8]: the ends round to 0 and inf as they must); a NaN passes
+    the clamps (each returns x when the comparison is unordered) and the arithmetic keeps it NaN."""
     m = b.module
     ty = x.type
-    x = b.call(_intrinsic(m, "minnum", ty, 2), [x, _const(ty, 88.3762626647949)])
-    x = b.call(_intrinsic(m, "maxnum", ty, 2), [x, _const(ty, -87.3365447505531)])
+    hi, lo = _const(ty, 88.8), _const(ty, -105.0)
+    x = b.select(b.fcmp_ordered(">", x, hi), hi, x)
+    x = b.select(b.fcmp_ordered("<", x, lo), lo, x)
     n = b.call(_intrinsic(m, "roundeven", ty, 1), [_fast(b.fmul(x, _const(ty, 1.0 / math.log(2.0))))])
     r = _fast(b.fsub(x, _fast(b.fmul(n, _const(ty, 0.693359375)))))
     r = _fast(b.fsub(r, _fast(b.fmul(n, _const(ty, -2.12194440e-4)))))
@@ -89,8 +84,14 @@ def _exp_clamped(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
         [1.0, 1.0, 0.5, 1.6666665459e-1, 4.1665795894e-2, 8.3334519073e-3, 1.3981999507e-3, 1.9875691500e-4],
     )
     it = _int_ty(ty)
-    e = b.shl(b.add(b.fptosi(n, it), _const_int(it, 127)), _const_int(it, 23))
-    return _fast(b.fmul(p, b.bitcast(e, ty)))
+    ni = b.fptosi(n, it)
+    half = b.ashr(ni, _const_int(it, 1))
+    rest = b.sub(ni, half)
+
+    def two_to(k: ir.Value) -> ir.Value:
+        return b.bitcast(b.shl(b.add(k, _const_int(it, 127)), _const_int(it, 23)), ty)
+
+    return b.fmul(b.fmul(p, two_to(rest)), two_to(half))
 
 
 def _const_int(ty: ir.Type, v: int) -> ir.Constant:

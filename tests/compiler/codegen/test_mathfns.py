@@ -180,3 +180,24 @@ def test_pow_is_correctly_rounded_but_for_a_hair_and_follows_c_on_special_values
     assert _same(got[~regular], rounded[~regular]).all(), np.flatnonzero(~_same(got, rounded))
     invalid = (x < 0) & np.isfinite(x) & np.isfinite(y) & (np.trunc(y) != y)
     assert invalid.sum() >= 2000 and np.isnan(got[invalid]).all()
+
+
+def test_exp_is_exact_through_the_subnormals_and_up_to_the_largest_float(tmp_path: Path) -> None:
+    """Between e^-103.97 and e^-87.34 the result is a subnormal, rounded once (2^n applied as two
+    normal factors); just below ln(FLT_MAX) it is still finite, just above it inf."""
+    top = np.float32([88.70, 88.72, 88.7228, 88.7229, 88.75])
+    x = np.concatenate([np.linspace(-104.0, -86.0, 2051, dtype=np.float32), top])
+    compiled = compile_model(_unary_model("Exp", x.size), CompileOptions(opt_level=3))
+    path = tmp_path / "exp.temper"
+    compiled.save(path)
+    y = compiler.runtime.load(path).run({"x": x})["y"]
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+    small = want < 1.0
+    subnormal_ulp = float(np.finfo(np.float32).smallest_subnormal)
+    np.testing.assert_allclose(y[small], want[small], rtol=2e-6, atol=subnormal_ulp)
+    assert (y[small] > 0).sum() >= (want[small] >= subnormal_ulp).sum()
+    big = ~small
+    np.testing.assert_array_equal(np.isinf(y[big]), want[big] > np.finfo(np.float32).max)
+    finite = big & np.isfinite(y)
+    np.testing.assert_allclose(y[finite], want[finite], rtol=2e-6)
