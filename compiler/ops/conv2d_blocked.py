@@ -41,6 +41,7 @@ from compiler.tir.rules import (
     inline_injective,
     parallel_vectorize,
     root_loops,
+    store_of,
 )
 from compiler.tir.trace import Schedule
 
@@ -202,13 +203,21 @@ def depthwise_tile(ow: int, vecs: int) -> int:
     return min(range(1, cap + 1), key=key)
 
 
-def depthwise_columns(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
+# a padded input at least this large is made row by row where it is read (the pad_at decision),
+# not as a pass of its own: a depthwise conv does too little arithmetic to hide a round trip of the
+# whole padded copy through memory
+MIN_ROW_PAD_BYTES = 256 << 10
+
+
+def depthwise_columns(sch: Schedule, info: KernelInfo, nest: ConvNest) -> bool:
     """Depthwise convs: a run of output columns, each one channel vector, accumulates over the
     kernel window (its column taps unrolled when short).
 
     In the blocked layout the channel lanes are the innermost axis of input, weight and output
     alike, so every tap is a contiguous vector load whatever the kernel size and stride; the run
-    of columns gives independent accumulators to hide the FMA latency."""
+    of columns gives independent accumulators to hide the FMA latency. A large padded input is
+    made per output row, the window's rows of one channel block in a local buffer (decision pad_at:
+    "row", or "kernel" for a pass of its own). True when the pad was placed so."""
     ln, lcb, loh, low, lc, lry, lrx = nest.loops
     extents = [iv.extent for iv in nest.blk.iter_vars]
     ow = extents[3]
@@ -227,6 +236,18 @@ def depthwise_columns(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
         sch.unroll(lrx)
     sch.reverse_compute_at(nest.consumer, owo)
     sch.decompose_reduction(nest.conv, lry)
+    if nest.pad is None:
+        return False
+    pad_shape = store_of(block_of(sch, nest.pad)).buffer.shape
+    big = 4 * math.prod(pad_shape) >= MIN_ROW_PAD_BYTES
+    if sch.decide("pad_at", ["row", "kernel"], "row" if big else "kernel") != "row":
+        return False
+    sch.set_scope(store_of(block_of(sch, nest.pad)).buffer.name, "local")
+    sch.compute_at(nest.pad, outer)
+    lanes = root_loops(sch, nest.pad)[-1]
+    _, vec = sch.split(lanes.var.name, [None, min(lanes.extent, info.target.lanes())])
+    sch.vectorize(vec)
+    return True
 
 
 def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
@@ -278,13 +299,14 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
     threads = sch.decide("parallel", [True, False], work >= MIN_PARALLEL_FLOPS)
     loops = tuple(f.var.name for f in root_loops(sch, conv))
     nest = ConvNest(conv, blk, consumer, loops, threads, pad if keep else None)
+    placed = False
     if info.tags.get(conv) == "anchor_nchwc_depthwise":
-        depthwise_columns(sch, info, nest)
+        placed = depthwise_columns(sch, info, nest)
     else:
         block_tile(sch, info, nest)
     inner = root_loops(sch, consumer)[-1]
     sch.vectorize(inner.var.name)
-    if keep:
+    if keep and not placed:
         parallel_vectorize(sch, pad, info.target)
 
 

@@ -223,6 +223,44 @@ def test_winograd_chunks_and_passes_match_onnxruntime(force: dict[str, Any], til
         np.testing.assert_allclose(got[k], v, atol=1e-4, rtol=1e-4, err_msg=k)
 
 
+@pytest.mark.parametrize(
+    ("pad_at", "stride", "k", "hw"),
+    [("row", 1, 3, 23), ("row", 2, 3, 30), ("row", 2, 5, 17), ("kernel", 2, 3, 30), ("row", 1, 7, 12)],
+)
+def test_blocked_depthwise_padded_per_row_or_as_a_pass_matches_onnxruntime(  # type: ignore[no-untyped-def]
+    pad_at: str, stride: int, k: int, hw: int, tmp_path
+) -> None:
+    """A blocked depthwise conv's padded input made per output row in a local buffer (the window's
+    rows of one channel block), or as a pass of its own, forced through a per-node override: odd
+    planes, strides 1 and 2, kernels 3-7, channels padded to whole blocks."""
+    rng = np.random.default_rng(31 + k)
+    c = parse_target("host").lanes() * 2 + 3
+    x = _randn(rng, 1, c, hw, hw)
+    model, feeds = single_op(
+        "Conv",
+        {"x": x},
+        {"w": _randn(rng, c, 1, k, k), "b": _randn(rng, c)},
+        strides=[stride, stride],
+        pads=[k // 2] * 4,
+        group=c,
+    )
+    data = model.SerializeToString()
+    plain = compile_model(data, CompileOptions())
+    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    sch, rule = default_schedule(kernel.workload, _Forced({"pad_at": pad_at}))
+    assert rule == "conv2d_nchwc" and sch.decisions["pad_at"] == pad_at
+    assert ('"compute_at"' in sch.trace.dumps()) == (pad_at == "row")
+    choice = ScheduleChoice(sch.trace, {"source": "override"})
+    compiled = compile_model(data, CompileOptions(overrides={"node": choice}))
+    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    assert pinned.trace.dumps() == sch.trace.dumps()
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run(feeds)
+    for name, want in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize("activation", ["relu", "silu"])
 def test_winograd_with_a_fused_epilogue_and_a_residual(activation: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The second activation is either a plain epilogue (relu) or a diamond (x * sigmoid(x))."""

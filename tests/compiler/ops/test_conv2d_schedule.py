@@ -105,7 +105,7 @@ def test_each_planar_conv_kind_gets_its_rule(
 @pytest.mark.parametrize(
     ("conv", "asked"),
     [
-        (dict(c=16, oc=16, k=3, groups=16), {"parallel", "owt", "unroll_kw"}),  # depthwise_columns
+        (dict(c=16, oc=16, k=3, groups=16), {"parallel", "owt", "unroll_kw", "pad_at"}),  # depthwise_columns
         (dict(c=16, oc=32, k=3), {"parallel", "nb", "owt", "tile_order", "unroll_ci"}),  # block_tile
     ],
 )
