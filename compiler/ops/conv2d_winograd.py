@@ -263,6 +263,9 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 CHUNK_BYTES = 128 << 10
 MAX_CHUNK_BYTES = MAX_STACK_BUFFER_BYTES // 2
 MAX_CHUNK_TILES = 32
+# chunks by default only for F(2x2) tiles: the chunked F(4x4) code (36 positions in, 16 out, per chunk
+# and per remainder) compiles to several times the three passes' size
+CHUNK_MAX_ALPHA = 4
 
 
 def chunk_options(c: int, oc: int, tw: int, alpha: int) -> list[int]:
@@ -273,20 +276,27 @@ def chunk_options(c: int, oc: int, tw: int, alpha: int) -> list[int]:
 
 def chunk_default(c: int, oc: int, th: int, tw: int, alpha: int) -> int:
     """0 (three passes) when the transformed weights outweigh the transformed tiles: a pass per
-    step then reads each weight once, where chunks would read them all once per chunk. Otherwise
-    (large planes, few channels) the most tiles whose buffers fit CHUNK_BYTES, a divisor of the tile
-    row when one is at least half as many (no narrower last chunk)."""
+    step then reads each weight once, where chunks would read them all once per chunk, and for
+    F(4x4) tiles (CHUNK_MAX_ALPHA). Otherwise
+    (large planes, few channels) a chunk of about as many tiles as fit CHUNK_BYTES, taken as a divisor
+    of the tile row (a narrower last chunk is a second copy of the whole chunk's code): the largest
+    divisor below that size when it is at least half of it, else the smallest above it that stays
+    within MAX_CHUNK_BYTES, else that size with a remainder."""
     tiles_bytes = th * tw * alpha * alpha * (c + oc) * 4
     weight_bytes = alpha * alpha * c * oc * 4
-    if tiles_bytes <= weight_bytes:
+    if tiles_bytes <= weight_bytes or alpha > CHUNK_MAX_ALPHA:
         return 0
     per_tile = alpha * alpha * (c + oc) * 4
-    fits = [q for q in chunk_options(c, oc, tw, alpha) if q and q * per_tile <= CHUNK_BYTES]
+    options = [q for q in chunk_options(c, oc, tw, alpha) if q]
+    fits = [q for q in options if q * per_tile <= CHUNK_BYTES]
     if not fits:
         return 0
-    widest = max(fits)
-    dividing = [q for q in fits if tw % q == 0 and 2 * q >= widest]
-    return max(dividing) if dividing else widest
+    size = max(fits)
+    below = [q for q in fits if tw % q == 0 and 2 * q >= size]
+    if below:
+        return max(below)
+    above = [q for q in options if tw % q == 0 and q > size]
+    return min(above) if above else size
 
 
 def _schedule(sch: Schedule, info: KernelInfo) -> None:
