@@ -268,25 +268,27 @@ MAX_CHUNK_TILES = 32
 CHUNK_MAX_ALPHA = 4
 
 
+def _tile_bytes(c: int, oc: int, alpha: int) -> int:
+    """Bytes of one tile's transformed input and products in a chunk's buffers."""
+    return alpha * alpha * (c + oc) * 4
+
+
 def chunk_options(c: int, oc: int, tw: int, alpha: int) -> list[int]:
     """Tiles of one tile row per chunk the schedule may take; 0 is the three passes over the plane."""
-    per_tile = alpha * alpha * (c + oc) * 4
+    per_tile = _tile_bytes(c, oc, alpha)
     return [0, *(q for q in range(1, min(tw, MAX_CHUNK_TILES) + 1) if q * per_tile <= MAX_CHUNK_BYTES)]
 
 
 def chunk_default(c: int, oc: int, th: int, tw: int, alpha: int) -> int:
-    """0 (three passes) when the transformed weights outweigh the transformed tiles: a pass per
-    step then reads each weight once, where chunks would read them all once per chunk, and for
-    F(4x4) tiles (CHUNK_MAX_ALPHA). Otherwise
-    (large planes, few channels) a chunk of about as many tiles as fit CHUNK_BYTES, taken as a divisor
-    of the tile row (a narrower last chunk is a second copy of the whole chunk's code): the largest
-    divisor below that size when it is at least half of it, else the smallest above it that stays
-    within MAX_CHUNK_BYTES, else that size with a remainder."""
-    tiles_bytes = th * tw * alpha * alpha * (c + oc) * 4
-    weight_bytes = alpha * alpha * c * oc * 4
-    if tiles_bytes <= weight_bytes or alpha > CHUNK_MAX_ALPHA:
+    """0 (three passes) for F(4x4) tiles (CHUNK_MAX_ALPHA) and when the transformed weights outweigh
+    the transformed tiles: a pass per step then reads each weight once, where chunks would read
+    them all once per chunk. Otherwise (large planes, few channels) a chunk of about as many tiles
+    as fit CHUNK_BYTES, taken as a divisor of the tile row (a narrower last chunk is a second copy of
+    the whole chunk's code): the largest divisor below that size when it is at least half of it,
+    else the smallest above it that stays within MAX_CHUNK_BYTES, else that size with a remainder."""
+    per_tile = _tile_bytes(c, oc, alpha)
+    if alpha > CHUNK_MAX_ALPHA or th * tw * per_tile <= alpha * alpha * c * oc * 4:
         return 0
-    per_tile = alpha * alpha * (c + oc) * 4
     options = [q for q in chunk_options(c, oc, tw, alpha) if q]
     fits = [q for q in options if q * per_tile <= CHUNK_BYTES]
     if not fits:
