@@ -40,7 +40,7 @@ from tests.zoo.check import ensure_generated, model_and_feeds, relative_error
 from tests.zoo.generate import SEED
 
 SYSTEMS = ("temper", "onnxruntime", "pytorch")
-PROFILE_TOP = 15  # slowest kernels listed by --profile
+PROFILE_TOP = 15  # slowest kernels listed by --profile, unless --top says otherwise
 
 
 def canonical(entries: dict[str, ZooModel]) -> list[str]:
@@ -124,7 +124,9 @@ def bench_entry(
     return row
 
 
-def _profile(name: str, opt_level: int = 3, disabled_passes: frozenset[str] = frozenset()) -> None:
+def _profile(
+    name: str, opt_level: int = 3, disabled_passes: frozenset[str] = frozenset(), top: int = PROFILE_TOP
+) -> None:
     """temper's kernels and onnxruntime's nodes, each summed by ONNX op type, side by side."""
     import onnx
     import onnxruntime as ort
@@ -174,7 +176,7 @@ def _profile(name: str, opt_level: int = 3, disabled_passes: frozenset[str] = fr
         print(f"{op:<28}{temper_by_op.get(op, 0.0) * 1e3:>12.3f}{ort_per_run.get(op, 0.0) * 1e3:>16.3f}")
     print(f"{'total':<28}{sum(temper_by_op.values()) * 1e3:>12.3f}{sum(ort_per_run.values()) * 1e3:>16.3f}")
     print("\ntemper's slowest kernels (onnxruntime: its nodes of the same names, where it kept them):")
-    for call in sorted(kernels, key=lambda k: -float(k["median"]))[:PROFILE_TOP]:
+    for call in sorted(kernels, key=lambda k: -float(k["median"]))[:top]:
         names = list(dict.fromkeys(fused.get(call["kernel"], [])))
         # onnxruntime's NCHWc transformer names the node it makes after its output: "<output>_nchwc"
         theirs_names = [*names, *(f"{o}_nchwc" for n in names for o in outputs_of.get(n, []))]
@@ -216,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--all-variants", action="store_true", help="every export, not one per network")
     parser.add_argument("--tuned", type=int, metavar="TRIALS", help="tune each model first (trials per task)")
     parser.add_argument("--profile", metavar="NAME", help="per-op profile of one entry against onnxruntime's")
+    parser.add_argument("--top", type=int, default=PROFILE_TOP, help="kernels listed by --profile")
     parser.add_argument("--opt-level", type=int, default=3)
     parser.add_argument(
         "--disable-pass",
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.profile:
-        _profile(args.profile, args.opt_level, frozenset(args.disable_pass))
+        _profile(args.profile, args.opt_level, frozenset(args.disable_pass), args.top)
         return
     settings = common.Settings.from_args(args.quick)
     names = sorted(ZOO) if args.all_variants else canonical(ZOO)

@@ -27,7 +27,7 @@ from compiler.codegen.access import (
     padded_load,
     store_access,
 )
-from compiler.codegen.mathfns import emit_erf, emit_exp, emit_log, emit_pow, emit_tanh
+from compiler.codegen.mathfns import emit_erf, emit_exp, emit_log, emit_pow, emit_sigmoid, emit_tanh
 from compiler.errors import CodegenError
 from compiler.runtime.errors import OUT_OF_MEMORY
 from compiler.tir.flatten import free_vars
@@ -467,6 +467,7 @@ class KernelEmitter:
     # float32 only (inline code keeps vectorized loops vectorized); other dtypes take the paths below
     _INLINE: dict[str, Callable[..., ir.Value]] = {
         "exp": emit_exp,
+        "sigmoid": emit_sigmoid,
         "tanh": emit_tanh,
         "erf": emit_erf,
         "log": emit_log,

@@ -62,6 +62,27 @@ def test_exp_overflows_to_inf_underflows_to_zero_and_keeps_nan(tmp_path: Path) -
     np.testing.assert_allclose(y[finite], want[finite], rtol=2e-6)
 
 
+def test_sigmoid_is_within_7_ulps_and_keeps_the_special_values(tmp_path: Path) -> None:
+    """emit_sigmoid (its own exp, cheaper than emit_exp's): within 7 ulps wherever the exact value is a
+    normal float, 0 or a subnormal below that, 1 at +inf, 0 at -inf, NaN kept."""
+    specials = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 87.3, 87.31, -88.8, -88.81, -1e30, 1e30])
+    x = np.concatenate([np.linspace(-100.0, 100.0, 200_001, dtype=np.float32), specials])
+    compiled = compile_model(_unary_model("Sigmoid", x.size), CompileOptions(opt_level=3))
+    path = tmp_path / "sigmoid.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run({"x": x})["y"]
+    with np.errstate(over="ignore"):
+        exact = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    normal = exact >= np.finfo(np.float32).tiny
+    worst = _ulps(got[normal], exact[normal])
+    assert worst.max() <= 7.0, f"worst {worst.max():.2f} ulp at x = {x[normal][worst.argmax()]!r}"
+    tiny = ~normal & ~np.isnan(x)
+    assert ((got[tiny] >= 0) & (got[tiny] < np.finfo(np.float32).tiny)).all()
+    end = got[-specials.size :]
+    assert np.isnan(end[0]) and end[1] == 1.0 and end[2] == 0.0 and end[3] == end[4] == 0.5
+    assert end[-1] == 1.0 and end[-2] == 0.0
+
+
 # ---- log and pow: inline float32 (emit_log, emit_pow), in vectorized and in scalar loops --------------
 
 FLT_BITS_MIN_NORMAL, FLT_BITS_INF = 0x00800000, 0x7F800000
