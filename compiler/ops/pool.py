@@ -31,6 +31,7 @@ from compiler.ops.common import (
     positive,
 )
 from compiler.ops.conv2d import pad_tensor
+from compiler.ops.conv2d_blocked import MIN_ROW_PAD_BYTES
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
@@ -254,7 +255,10 @@ def _pool_schedule(sch: Schedule, info: KernelInfo, pool: str) -> None:
 def _blocked_pool_schedule(
     sch: Schedule, info: KernelInfo, pool: str, consumer: str, pad: str | None
 ) -> None:
-    """NCHW{b}c: a run of output pixels, each one channel vector, reduces over the window."""
+    """NCHW{b}c: a run of output pixels, each one channel vector, reduces over the window. A large
+    padded input is made per output row, the window's rows in a local buffer (decision pad_at: "row",
+    or "kernel" for a pass of its own), as the blocked depthwise conv does: a pool does even less
+    arithmetic per byte than it."""
     ln, lc, loh, low, lane, lry, lrx = [f.var.name for f in root_loops(sch, pool)]
     blk = block_of(sch, pool)
     ow = blk.iter_vars[3].extent
@@ -272,8 +276,17 @@ def _blocked_pool_schedule(
     sch.reverse_compute_at(consumer, owo)
     sch.decompose_reduction(pool, lry)
     sch.vectorize(root_loops(sch, consumer)[-1].var.name)
-    if pad is not None:
+    if pad is None:
+        return
+    big = 4 * math.prod(store_of(block_of(sch, pad)).buffer.shape) >= MIN_ROW_PAD_BYTES
+    if sch.decide("pad_at", ["row", "kernel"], "row" if big else "kernel") != "row":
         parallel_vectorize(sch, pad, info.target)
+        return
+    sch.set_scope(store_of(block_of(sch, pad)).buffer.name, "local")
+    sch.compute_at(pad, outer)
+    lanes = root_loops(sch, pad)[-1]
+    _, vec = sch.split(lanes.var.name, [None, min(lanes.extent, info.target.lanes())])
+    sch.vectorize(vec)
 
 
 def _avg_pool_compute(

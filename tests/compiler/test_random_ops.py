@@ -261,6 +261,60 @@ def test_blocked_depthwise_padded_per_row_or_as_a_pass_matches_onnxruntime(  # t
         np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
 
 
+@pytest.mark.parametrize(
+    ("pad_at", "k", "stride", "pads", "ceil", "hw"),
+    [
+        ("row", 3, 2, 1, 0, 21),
+        ("row", 3, 2, 1, 1, 20),  # ceil mode: a last window past the bottom and right pads
+        ("row", 2, 1, 1, 0, 13),
+        ("kernel", 3, 2, 1, 1, 20),
+        ("row", 5, 3, 2, 0, 26),
+    ],
+)
+def test_blocked_max_pool_padded_per_row_or_as_a_pass_matches_onnxruntime(  # type: ignore[no-untyped-def]
+    pad_at: str, k: int, stride: int, pads: int, ceil: int, hw: int, tmp_path
+) -> None:
+    """A max pool in the blocked layout (after a conv) with its -inf padded input made per output
+    row or as a pass of its own, forced through a per-node override, against onnxruntime."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(41 + k)
+    c = 2 * parse_target("host").lanes()  # whole channel blocks: the layout pass blocks the chain
+    x = _randn(rng, 1, 3, hw, hw)
+    span = hw + 2 * pads - k
+    out = (-(-span // stride) if ceil else span // stride) + 1
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node(
+            "MaxPool", ["y"], ["z"], kernel_shape=[k, k], strides=[stride, stride], pads=[pads] * 4,
+            ceil_mode=ceil, name="pool",
+        ),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "conv_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, c, out, out])],
+        [numpy_helper.from_array(_randn(rng, c, 3, 3, 3), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = model.SerializeToString()
+    plain = compile_model(data, CompileOptions())
+    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "max_pool2d"]
+    sch, rule = default_schedule(kernel.workload, _Forced({"pad_at": pad_at}))
+    assert rule == "max_pool2d" and sch.decisions["pad_at"] == pad_at  # only the blocked layout decides it
+    assert ('"compute_at"' in sch.trace.dumps()) == (pad_at == "row")
+    choice = ScheduleChoice(sch.trace, {"source": "override"})
+    compiled = compile_model(data, CompileOptions(overrides={"pool": choice}))
+    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "max_pool2d"]
+    assert pinned.trace.dumps() == sch.trace.dumps()
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run({"x": x})
+    for name, want in run_ort(model, {"x": x}).items():
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize("activation", ["relu", "silu"])
 def test_winograd_with_a_fused_epilogue_and_a_residual(activation: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The second activation is either a plain epilogue (relu) or a diamond (x * sigmoid(x))."""
