@@ -144,46 +144,88 @@ def _nearest(c: Expr, mode: str) -> Expr:
     return te.call("ceil", te.sub(c, te.f32(0.5)))  # round_prefer_floor (ONNX default)
 
 
-def _resize_compute(
-    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
-) -> te.Tensor:
-    x = inputs[0]
+def _interpolate(
+    x: te.Tensor,
+    ix: Sequence[Expr],
+    axes: Sequence[int],
+    out_shape: Sequence[int],
+    scales: Sequence[float],
+    attrs: dict[str, Any],
+) -> Expr:
+    """The value at output position `ix` resampled from x along `axes` (the others index x as they are)."""
     mode = attrs.get("mode", "nearest")
     ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
     nmode = attrs.get("nearest_mode", "round_prefer_floor")
+    if mode == "nearest":
+        src = list(ix)
+        for a in axes:
+            c = _source_coord(ix[a], x.shape[a], out_shape[a], scales[a], ctm)
+            src[a] = te.clamp(te.cast("int64", _nearest(c, nmode)), x.shape[a] - 1)
+        return x[src]
+    # linear: n-linear interpolation over the axes
+    corners: list[tuple[list[Expr], Expr | None]] = [(list(ix), None)]
+    for a in axes:
+        c = _source_coord(ix[a], x.shape[a], out_shape[a], scales[a], ctm)
+        c = te.minimum(te.maximum(c, te.f32(0.0)), te.f32(float(x.shape[a] - 1)))
+        lo = te.cast("int64", te.call("floor", c))
+        hi = te.minimum(te.add(lo, te.idx(1)), te.idx(x.shape[a] - 1))
+        frac = te.sub(c, te.call("floor", c))
+        nxt: list[tuple[list[Expr], Expr | None]] = []
+        for src, w in corners:
+            for pos, wt in ((lo, te.sub(te.f32(1.0), frac)), (hi, frac)):
+                s2 = list(src)
+                s2[a] = pos
+                nxt.append((s2, wt if w is None else te.mul(w, wt)))
+        corners = nxt
+    total: Expr | None = None
+    for src, w in corners:
+        term = x[src] if w is None else te.mul(x[src], w)
+        total = term if total is None else te.add(total, term)
+    assert total is not None
+    return total
+
+
+# the stage of a separable resize that resamples the innermost axis alone (schedules keep it, it is
+# not inlined: compiler/tir/rules.py INLINE_TAGS)
+ROWS_TAG = "resize_rows"
+
+
+def _resize_compute(
+    inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str
+) -> te.Tensor:
+    """Resampling is separable. When the innermost axis and an axis that grows are both resampled,
+    the innermost axis goes first, over the input's rows only: its reads are the lane-by-lane ones (a
+    vector of output columns reads scattered input columns), and an upsampling makes fewer of them
+    there than over the output's rows; the other axes then read whole rows of that stage, contiguous."""
+    x = inputs[0]
     scales = list(attrs.get("scales") or [o / i for o, i in zip(out.shape, x.shape, strict=True)])
     resized = [a for a in range(x.ndim) if x.shape[a] != out.shape[a] or scales[a] != 1.0]
-
-    def body(*ix: Expr) -> Expr:
-        if mode == "nearest":
-            src = list(ix)
-            for a in resized:
-                c = _source_coord(ix[a], x.shape[a], out.shape[a], scales[a], ctm)
-                src[a] = te.clamp(te.cast("int64", _nearest(c, nmode)), x.shape[a] - 1)
-            return x[src]
-        # linear: n-linear interpolation over the resized axes
-        corners: list[tuple[list[Expr], Expr | None]] = [(list(ix), None)]
-        for a in resized:
-            c = _source_coord(ix[a], x.shape[a], out.shape[a], scales[a], ctm)
-            c = te.minimum(te.maximum(c, te.f32(0.0)), te.f32(float(x.shape[a] - 1)))
-            lo = te.cast("int64", te.call("floor", c))
-            hi = te.minimum(te.add(lo, te.idx(1)), te.idx(x.shape[a] - 1))
-            frac = te.sub(c, te.call("floor", c))
-            nxt: list[tuple[list[Expr], Expr | None]] = []
-            for src, w in corners:
-                for pos, wt in ((lo, te.sub(te.f32(1.0), frac)), (hi, frac)):
-                    s2 = list(src)
-                    s2[a] = pos
-                    nxt.append((s2, wt if w is None else te.mul(w, wt)))
-            corners = nxt
-        total: Expr | None = None
-        for src, w in corners:
-            term = x[src] if w is None else te.mul(x[src], w)
-            total = term if total is None else te.add(total, term)
-        assert total is not None
-        return total
-
-    return te.compute(out.shape, body, name, tag="injective", dtype=out.dtype)
+    last = x.ndim - 1
+    if last in resized and any(out.shape[a] > x.shape[a] for a in resized if a != last):
+        rows_shape = (*x.shape[:last], out.shape[last])
+        rows = te.compute(
+            rows_shape,
+            lambda *ix: _interpolate(x, ix, [last], out.shape, scales, attrs),
+            f"{name}_rows",
+            tag=ROWS_TAG,
+            dtype=out.dtype,
+        )
+        rest = [a for a in resized if a != last]
+        one = [1.0 if a == last else s for a, s in enumerate(scales)]
+        return te.compute(
+            out.shape,
+            lambda *ix: _interpolate(rows, ix, rest, out.shape, one, attrs),
+            name,
+            tag="injective",
+            dtype=out.dtype,
+        )
+    return te.compute(
+        out.shape,
+        lambda *ix: _interpolate(x, ix, resized, out.shape, scales, attrs),
+        name,
+        tag="injective",
+        dtype=out.dtype,
+    )
 
 
 # resize(x), attrs: mode, coordinate_transformation_mode, nearest_mode, sizes, scales

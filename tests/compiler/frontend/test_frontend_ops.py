@@ -549,6 +549,16 @@ case(
     coordinate_transformation_mode="half_pixel_symmetric",
 )
 case("Resize_axes", "Resize", RX, {"roi": E, "sc": f(3.0, 0.5)}, opset=18, axes=[2, 3])
+# separable: the columns shrink in a first stage over the input's rows, the rows then grow
+case("Resize_linear_rows_up_columns_down", "Resize", RX, {"roi": E, "sc": f(1, 1, 2.6, 0.5)}, mode="linear")
+case("Resize_nearest_rows_up_columns_down", "Resize", RX, {"roi": E, "sc": f(1, 1, 3.0, 0.7)})
+case(
+    "Resize_linear_3d_up",
+    "Resize",
+    {"x": lambda: randn(2, 3, 7)},
+    {"roi": E, "sc": f(1, 2.5, 3.0)},
+    mode="linear",
+)
 case("Resize_sizes_only", "Resize", RX, {"sz": ints(1, 2, 7, 3)}, input_order=["x", "", "", "sz"])
 
 # a 2-D right operand shared by a batched left one is one GEMM over all rows ([S, 1, K] x [K, N] as

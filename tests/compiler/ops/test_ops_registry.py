@@ -297,6 +297,37 @@ def test_integer_division_truncates_like_c() -> None:
     np.testing.assert_array_equal(run("div", [a, b]), [3, -3, -3, 3])
 
 
+@pytest.mark.parametrize(
+    ("sizes", "separable"),
+    [
+        ((1, 3, 32, 40), True),
+        ((1, 3, 8, 40), False),
+        ((1, 3, 32, 10), False),
+        ((1, 3, 32, 7), True),
+        ((1, 3, 4, 5), False),
+    ],
+)
+def test_resize_resamples_the_columns_first_when_the_rows_grow(
+    sizes: tuple[int, ...], separable: bool
+) -> None:
+    """An upsampling resize resamples the innermost axis in a stage of its own over the input's rows
+    (its lane-by-lane reads are fewer there), kept by the schedule; otherwise one stage."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from compiler.pipeline import CompileOptions, inspect_model
+
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")],
+        "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(sizes))],
+        [numpy_helper.from_array(np.array(sizes, np.int64), "sizes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    scheduled = inspect_model(model.SerializeToString(), "scheduled", CompileOptions())
+    assert ("block('resize_rows'" in scheduled) == separable
+
+
 def test_resize_nearest_rounding_modes() -> None:
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     base = {
