@@ -315,6 +315,28 @@ def test_blocked_max_pool_padded_per_row_or_as_a_pass_matches_onnxruntime(  # ty
         np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
 
 
+@pytest.mark.parametrize(("stride", "k", "hw"), [(1, 3, 13), (2, 3, 14), (1, 1, 9)])
+def test_half_block_groups_run_blocked_and_match_onnxruntime(stride: int, k: int, hw: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Groups of half a vector of channels (RegNet's 8 on a 16-lane target) run as whole-block groups
+    with block-diagonal weights: compiled for the host, against onnxruntime."""
+    rng = np.random.default_rng(53 + k)
+    cg = parse_target("host").lanes() // 2
+    c, groups = 4 * cg, 4
+    x = _randn(rng, 1, c, hw, hw)
+    weight = _randn(rng, c, cg, k, k) / np.float32(np.sqrt(cg * k * k))
+    model, feeds = single_op(
+        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, c)}, strides=[stride, stride], pads=[k // 2] * 4,
+        group=groups,
+    )  # fmt: skip
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    assert [k.workload.anchor_op for k in compiled.kernels].count("conv2d_nchwc") == 1
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run(feeds)
+    for name, want in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize("activation", ["relu", "silu"])
 def test_winograd_with_a_fused_epilogue_and_a_residual(activation: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The second activation is either a plain epilogue (relu) or a diamond (x * sigmoid(x))."""

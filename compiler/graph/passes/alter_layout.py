@@ -12,7 +12,10 @@ direction, so consecutive blocked ops never convert between them.
 What runs blocked (every rule states its reason in `why_planar` for `temper explain`):
 - dense convs; their input block is b, or for a stem with fewer channels than b (an RGB image) all
   its channels;
-- depthwise convs (one channel per group) and grouped convs whose groups are whole blocks of b.
+- depthwise convs (one channel per group) and grouped convs whose groups are whole blocks of b, or
+  narrower groups that a block holds a whole number of (RegNet's groups of 8 on a 16-lane target):
+  those run as groups of b channels with a block-diagonal weight, zeros between the narrow groups,
+  unless that multiplies the work by more than MAX_WIDENING.
 Channel counts that b does not divide (ShuffleNet's 116, 24 or 40 on a 16-lane target) are padded to
 whole blocks with zero lanes, unless that wastes more than half of the real work. Packed weights are
 zero for those lanes, so they never reach a real channel, and only ops that keep finite values
@@ -22,6 +25,8 @@ finite (bias, activations, residuals; not a division) run on padded values.
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import numpy as np
 
 from compiler.graph.ir import AttrValue, Call, Const, Expr, Graph, attrs_of
 from compiler.ops import registry
@@ -47,6 +52,9 @@ _FINITE = frozenset(
 )
 # padding channels up to whole blocks may cost at most this much of the real work
 MAX_PADDING = 1.5
+# groups narrower than a block widened to whole blocks may multiply the work by at most this: the
+# zeros between them are multiplied too, but in vector registers instead of one narrow group at a time
+MAX_WIDENING = 2
 
 
 def _padded(channels: int, block: int) -> int:
@@ -68,9 +76,31 @@ def why_planar(call: Call, block: int) -> str | None:
         if _padded(oc, block) > MAX_PADDING * oc:
             return f"its {oc} output channels would be mostly padding in blocks of {block}"
         return None
-    if cg % block or (oc // groups) % block:
+    if (cg % block or (oc // groups) % block) and widened_groups(call, block) is None:
         return f"its {groups} groups of {cg} input channels are not whole blocks of {block}"
     return None
+
+
+def widened_groups(call: Call, block: int) -> Call | None:
+    """The same grouped conv2d with groups of `block` input channels, each holding block / cg of the
+    original groups in a block-diagonal weight (zeros between them), when its groups are narrower
+    than a block, a block holds a whole number of them and that at most MAX_WIDENING times the work;
+    else None. (As in any dense conv, an inf in one group's input reaches its block-mates as NaN.)"""
+    x, w = call.args
+    groups = call.attr("groups", 1)
+    oc, cg = call.type.shape[1], w.type.shape[1]
+    if not isinstance(w, Const) or groups == 1 or cg >= block or block % cg:
+        return None
+    og, r = oc // groups, block // cg
+    if og % cg or groups % r or r > MAX_WIDENING:
+        return None
+    wide = np.zeros((oc, block, *w.type.shape[2:]), w.data.dtype)
+    for g in range(groups):
+        at = (g % r) * cg
+        wide[g * og : (g + 1) * og, at : at + cg] = w.data[g * og : (g + 1) * og]
+    weight = Const(f"{w.name}.groups{groups // r}", wide)
+    attrs = attrs_of({**call.attr_dict, "groups": groups // r})
+    return Call("conv2d", (x, weight), attrs, call.type, call.name)
 
 
 def _input_block(call: Call, block: int, input_blocked: bool) -> int:
@@ -132,6 +162,7 @@ class _Rewriter:
     def conv(self, call: Call) -> Expr | None:
         if why_planar(call, self.block) is not None:
             return None
+        call = widened_groups(call, self.block) or call
         x, w = call.args
         assert isinstance(w, Const)
         ib = _input_block(call, self.block, self.is_blocked(x))

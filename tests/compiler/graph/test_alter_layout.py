@@ -6,7 +6,7 @@ import pytest
 
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, alter_conv_layout, optional_passes, run_passes
-from compiler.graph.passes.alter_layout import why_planar
+from compiler.graph.passes.alter_layout import why_planar, widened_groups
 from tests.compiler.graph.graph_builders import CONV, call, const, graph, var
 from tests.compiler.graph.test_graph_passes import check_pass, ops
 
@@ -63,10 +63,29 @@ def test_depthwise_and_whole_block_groups_run_blocked_others_say_why_not() -> No
     narrow = conv(x, 4, name="narrow")
     assert why_planar(narrow, B) == "its 4 output channels would be mostly padding in blocks of 8"
     assert why_planar(conv(x, 12, name="padded"), B) is None
-    groups4 = conv(x, 16, name="g4", groups=4)
-    assert "4 groups of 4 input channels are not whole blocks of 8" in str(why_planar(groups4, B))
+    groups8 = conv(x, 16, name="g8", groups=8)
+    assert "8 groups of 2 input channels are not whole blocks of 8" in str(why_planar(groups8, B))
     assert why_planar(dw, B) is None
     assert why_planar(call("relu", x), B) == "not a conv2d"
+
+
+def test_groups_half_a_block_wide_run_blocked_as_whole_block_groups_with_block_diagonal_weights() -> None:
+    """RegNet's groups of 8 channels on a 16-lane target: pairs of groups become one group of a block,
+    its weight zero between the pair; groups a quarter of a block wide would do 4x the work and stay
+    planar."""
+    x = var("x", 1, 32, 9, 9)
+    y = bias_relu(conv(x, 32, k=1, name="a"), "a")
+    z = bias_relu(conv(y, 32, name="b", groups=8), "b")  # groups of 4 channels, 2 per block of 8
+    g = graph([x], conv(z, 32, k=1, name="c"))
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    grouped = [c for c in out.calls() if c.op == "conv2d_nchwc" and c.name == "b"]
+    assert len(grouped) == 1 and grouped[0].attr("groups") == 4
+    assert ".groups4" in grouped[0].args[1].name
+    assert transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]  # the chain stays blocked
+    assert widened_groups(conv(x, 32, name="q", groups=16), B) is None  # groups of 2: 4x the work
+    assert widened_groups(conv(x, 64, name="wider", groups=8), B) is not None  # 8 outputs per group
+    assert widened_groups(conv(x, 48, name="uneven", groups=8), B) is None  # 6: not whole output blocks
 
 
 def test_squeeze_excitation_global_pooling_and_concat_stay_blocked() -> None:
