@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from compiler.kernels import Workload, choose_rule
 from compiler.ops.conv2d_blocked import depthwise_tile, register_tile
+from compiler.ops.conv2d_winograd import product_tile
 from compiler.pipeline import CompileOptions, frontier_for
 from compiler.target import parse_target
 
@@ -137,6 +138,21 @@ def test_register_tiles_fit_and_prime_rows_get_wide_tiles(target: str) -> None:
         assert register_tile(t, 8, lanes, 7) == (2, 4) and register_tile(t, 8, lanes, 14) == (2, 5)
         nb, owt = register_tile(t, 8, lanes, 56)
         assert 56 % owt == 0 and nb * owt >= 8
+
+
+@pytest.mark.parametrize("target", ["haswell", "skylake-avx512"])
+def test_winograd_product_tiles_take_one_wider_tile_that_divides_the_tiles(target: str) -> None:
+    """The products' register tile is the direct conv's, or one tile wider when that divides the
+    tiles and the accumulators and weight vectors fit the registers (AVX-512: 14 tiles of 4 channel
+    blocks take 7, no tile of 2 left over); never more registers than there are."""
+    t = parse_target(target)
+    regs, lanes = t.vector_registers, t.lanes()
+    for tiles in range(1, 60):
+        nb, pt = product_tile(t, 4, lanes, tiles)
+        assert (nb, pt) == register_tile(t, 4, lanes, tiles) or (tiles % pt == 0 and (pt + 1) * nb <= regs)
+    if regs == 32:
+        assert register_tile(t, 4, lanes, 14) == (4, 6) and product_tile(t, 4, lanes, 14) == (4, 7)
+        assert product_tile(t, 4, lanes, 16) == (4, 6)  # 7 does not divide 16
 
 
 def test_a_prime_row_gets_a_tile_of_several_columns() -> None:
