@@ -236,16 +236,21 @@ def depthwise_columns(sch: Schedule, info: KernelInfo, nest: ConvNest) -> bool:
         sch.unroll(lrx)
     sch.reverse_compute_at(nest.consumer, owo)
     sch.decompose_reduction(nest.conv, lry)
-    if nest.pad is None:
-        return False
-    pad_shape = store_of(block_of(sch, nest.pad)).buffer.shape
-    big = 4 * math.prod(pad_shape) >= MIN_ROW_PAD_BYTES
+    return nest.pad is not None and pad_per_row(sch, nest.pad, outer, info.target)
+
+
+def pad_per_row(sch: Schedule, pad: str, row_loop: str, target: Target) -> bool:
+    """The `pad_at` decision of a blocked window op (depthwise conv, pool) that reads a padded copy
+    of its input: "row" makes the padded rows one output row reads in a local buffer inside
+    `row_loop` (the default for a copy of MIN_ROW_PAD_BYTES or more), "kernel" leaves the copy a
+    pass of its own for the caller to schedule. True when placed per row."""
+    big = 4 * math.prod(store_of(block_of(sch, pad)).buffer.shape) >= MIN_ROW_PAD_BYTES
     if sch.decide("pad_at", ["row", "kernel"], "row" if big else "kernel") != "row":
         return False
-    sch.set_scope(store_of(block_of(sch, nest.pad)).buffer.name, "local")
-    sch.compute_at(nest.pad, outer)
-    lanes = root_loops(sch, nest.pad)[-1]
-    _, vec = sch.split(lanes.var.name, [None, min(lanes.extent, info.target.lanes())])
+    sch.set_scope(store_of(block_of(sch, pad)).buffer.name, "local")
+    sch.compute_at(pad, row_loop)
+    lanes = root_loops(sch, pad)[-1]
+    _, vec = sch.split(lanes.var.name, [None, min(lanes.extent, target.lanes())])
     sch.vectorize(vec)
     return True
 

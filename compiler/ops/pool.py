@@ -31,7 +31,7 @@ from compiler.ops.common import (
     positive,
 )
 from compiler.ops.conv2d import pad_tensor
-from compiler.ops.conv2d_blocked import MIN_ROW_PAD_BYTES
+from compiler.ops.conv2d_blocked import pad_per_row
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
@@ -276,17 +276,8 @@ def _blocked_pool_schedule(
     sch.reverse_compute_at(consumer, owo)
     sch.decompose_reduction(pool, lry)
     sch.vectorize(root_loops(sch, consumer)[-1].var.name)
-    if pad is None:
-        return
-    big = 4 * math.prod(store_of(block_of(sch, pad)).buffer.shape) >= MIN_ROW_PAD_BYTES
-    if sch.decide("pad_at", ["row", "kernel"], "row" if big else "kernel") != "row":
+    if pad is not None and not pad_per_row(sch, pad, outer, info.target):
         parallel_vectorize(sch, pad, info.target)
-        return
-    sch.set_scope(store_of(block_of(sch, pad)).buffer.name, "local")
-    sch.compute_at(pad, outer)
-    lanes = root_loops(sch, pad)[-1]
-    _, vec = sch.split(lanes.var.name, [None, min(lanes.extent, info.target.lanes())])
-    sch.vectorize(vec)
 
 
 def _avg_pool_compute(
