@@ -86,9 +86,12 @@ def temper_tune(
     opt_level: int,
     patience: int | None,
     directory: Path,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Tune every task of `model` with `per_task` trials on a fresh database in `directory`, then compile
-    with the records to `directory`/tuned.temper. Returns the tuning summary."""
+    with the records to `directory`/tuned.temper. Returns the tuning summary. With `resume`, the
+    database already in `directory` is kept and its records of the model count against the budget,
+    so a stopped run goes on where it stopped and a finished one measures nothing more."""
     from compiler.pipeline import CompileOptions
     from compiler.target import parse_target
     from storage.records import SqlDatabase
@@ -101,7 +104,7 @@ def temper_tune(
     tasks = len(extract_tasks(model, options))
     budget = per_task * tasks
     # patience = the budget: a task never counts as converged, so the whole budget is spent (as TVM does)
-    topts = TuneOptions(trials=budget, patience=patience or budget)
+    topts = TuneOptions(trials=budget, patience=patience or budget, since=0 if resume else None)
     curve: list[list[float]] = []  # [trials, elapsed s, estimated latency s] after every round
 
     def on_progress(progress: Progress) -> None:

@@ -1,6 +1,6 @@
 """The model zoo side by side: temper against onnxruntime and PyTorch eager, model by model.
 
-    python -m bench.zoo [--only resnet50,bert] [--all-variants] [--tuned TRIALS] [--json OUT]
+    python -m bench.zoo [--only resnet50,bert] [--all-variants] [--tuned TRIALS [--tune-dir DIR]] [--json OUT]
                         [--quick] [--markdown]
     python -m bench.zoo --profile NAME
 
@@ -11,7 +11,8 @@ checked against onnxruntime; then temper, onnxruntime and PyTorch eager (the net
 the generated ones) are timed in alternating rounds on the same inputs. Columns: median latency, ratios,
 compile time, kernel count; the geo-mean of temper/onnxruntime over the zoo closes the table.
 `--tuned TRIALS` tunes each model first (TRIALS per task, a fresh database per model) and adds the tuned
-artifact as a fourth system.
+artifact as a fourth system; with `--tune-dir DIR` each model's database stays in DIR, and a rerun resumes
+it (its records count against the budget), so a long tuned run can be stopped and picked up again.
 
 `--profile NAME` prints where the time goes: temper's per-kernel profile (Module.profile) beside
 onnxruntime's own per-node profile (SessionOptions.enable_profiling), each summed by ONNX op type, with
@@ -82,6 +83,7 @@ def bench_entry(
     tuned: int | None,
     directory: Path,
     disabled_passes: frozenset[str] = frozenset(),
+    tune_dir: Path | None = None,
 ) -> dict[str, Any]:
     entry = ZOO[name]
     row: dict[str, Any] = {
@@ -105,11 +107,19 @@ def bench_entry(
     row["worst_error"] = max(relative_error(outputs[k], v) for k, v in reference.items())
     systems: dict[str, Callable[[], object]] = {"temper": lambda: module.run(feeds)}
     if tuned:
+        where = (tune_dir or directory) / f"{name}-tune"
+        where.mkdir(parents=True, exist_ok=True)
         summary = temper_tune(
-            data, shapes, tuned, opt_level=opt_level, patience=None, directory=directory / f"{name}-tune"
+            data,
+            shapes,
+            tuned,
+            opt_level=opt_level,
+            patience=None,
+            directory=where,
+            resume=tune_dir is not None,
         )
         row["tune"] = {k: summary[k] for k in ("tasks", "trials", "tune_s", "kernels_from_records")}
-        tuned_module = compiler.runtime.load(directory / f"{name}-tune" / "tuned.temper")
+        tuned_module = compiler.runtime.load(where / "tuned.temper")
         systems["temper_tuned"] = lambda: tuned_module.run(feeds)
     ort_session = common.onnxruntime_session(data)
     systems["onnxruntime"] = lambda: ort_session.run(None, feeds)
@@ -217,6 +227,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", metavar="NAMES", help="comma-separated zoo entries")
     parser.add_argument("--all-variants", action="store_true", help="every export, not one per network")
     parser.add_argument("--tuned", type=int, metavar="TRIALS", help="tune each model first (trials per task)")
+    parser.add_argument(
+        "--tune-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep each model's tuning database in DIR/NAME-tune; a rerun resumes where it stopped",
+    )
     parser.add_argument("--profile", metavar="NAME", help="per-op profile of one entry against onnxruntime's")
     parser.add_argument("--top", type=int, default=PROFILE_TOP, help="kernels listed by --profile")
     parser.add_argument("--opt-level", type=int, default=3)
@@ -247,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
                     tuned=args.tuned,
                     directory=Path(tmp),
                     disabled_passes=frozenset(args.disable_pass),
+                    tune_dir=args.tune_dir,
                 )
             except Exception as exc:  # one model's failure is a row, never the end of the run
                 row = {

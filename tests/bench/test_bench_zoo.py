@@ -48,3 +48,28 @@ def test_a_row_summary_names_every_latency_ratio_and_failure() -> None:
     )
     failed = {"name": "bad", "latency_s": {}, "errors": {"temper": "X"}}
     assert _row_summary(failed) == "bad: temper failed: X"
+
+
+def test_a_resumed_tuning_run_measures_only_what_its_budget_still_allows(tmp_path: Path) -> None:
+    """bench.zoo --tune-dir: the database stays, and a rerun counts its records against the budget."""
+    from bench.tune import temper_tune
+    from compiler.target import host_target
+    from storage.records import SqlDatabase
+    from tests.tuner.test_tune import twin_conv_model
+
+    model = twin_conv_model().SerializeToString()
+
+    def recorded() -> int:
+        db = SqlDatabase(f"sqlite:///{tmp_path / 'records.sqlite'}")
+        try:
+            return sum(1 for _ in db.iter_records(host_target().key))
+        finally:
+            db.close()
+
+    first = temper_tune(model, {}, 2, opt_level=3, patience=None, directory=tmp_path, resume=True)
+    assert first["trials"] == first["budget"] == 2 * first["tasks"] == recorded()
+    again = temper_tune(model, {}, 2, opt_level=3, patience=None, directory=tmp_path, resume=True)
+    assert again["trials"] == first["trials"] and recorded() == first["trials"]  # nothing measured again
+    more = temper_tune(model, {}, 3, opt_level=3, patience=None, directory=tmp_path, resume=True)
+    assert recorded() == more["trials"] == 3 * first["tasks"]  # one more per task, no more
+    assert (tmp_path / "tuned.temper").is_file()
