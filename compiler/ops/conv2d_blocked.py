@@ -33,7 +33,7 @@ from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Expr
+from compiler.tir.ir import BinOp, Block, Expr, Load, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -255,6 +255,31 @@ def pad_per_row(sch: Schedule, pad: str, row_loop: str, target: Target) -> bool:
     return True
 
 
+# the private cache an operand re-read by every tile must fit to be re-read from it: the smallest L2
+# of the x86 cores targeted (512 KiB on Zen 2/3; 1-2 MiB on Zen 4 and recent Intel cores)
+L2_BYTES = 512 << 10
+
+
+def tile_order(blk: Block, groups: int, threads: int) -> str:
+    """The register tiles' order that moves fewer bytes from beyond the private caches.
+
+    "oc_oh_ow" sweeps the whole input once per group of output channel blocks (a thread takes a
+    share of the groups) and reads each weight once; "oh_oc_ow" reads each input row once and all
+    the weights per output row (a thread takes a share of the rows). An operand that fits L2_BYTES
+    is read from memory once per thread, whatever the order; a larger one once per sweep. Ties (one
+    group, or both operands small) go to "oc_oh_ow"."""
+    oc_var = blk.iter_vars[1].var
+    loads = [x for x in walk_expr(store_of(blk).value) if isinstance(x, Load)]
+    weight = next(x.buffer for x in loads if x.indices and x.indices[0] is oc_var)
+    data = next(x.buffer for x in loads if x.buffer is not weight)
+    x_bytes = data.size * 4 // max(1, data.shape[0])  # one image: the batch is the outermost loop
+    w_bytes = weight.size * 4
+    rows = blk.iter_vars[2].extent
+    by_groups = w_bytes + x_bytes * (groups if x_bytes > L2_BYTES else min(groups, threads))
+    by_rows = x_bytes + w_bytes * (rows if w_bytes > L2_BYTES else min(rows, threads))
+    return "oh_oc_ow" if by_rows < by_groups else "oc_oh_ow"
+
+
 def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     """Dense and grouped convs: a register tile of (channel blocks x output columns) accumulates
     over (input blocks, kh, kw, input lanes), one broadcast input value times one weight vector
@@ -270,9 +295,10 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     owt = sch.decide("owt", list(range(1, min(ow, 28) + 1)), owt0 if nb == nb0 else 1)
     ocbo, ocbi = sch.split(locb, [None, nb])
     owo, owi = sch.split(low, [None, owt])
+    order0 = tile_order(nest.blk, extents[1] // nb, info.target.cores if nest.threads else 1)
     tiles = (
         [ocbo, loh, owo]
-        if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], "oc_oh_ow") == "oc_oh_ow"
+        if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], order0) == "oc_oh_ow"
         else [loh, ocbo, owo]
     )
     sch.reorder(ln, *tiles, lrcb, lry, lrx, lrci, owi, ocbi, loc)

@@ -174,3 +174,23 @@ def test_depthwise_runs_cover_prime_rows_with_several_columns() -> None:
     dec = _Record()
     choose_rule(w, dec)
     assert dec.asked["owt"] > 4
+
+
+@pytest.mark.parametrize(
+    ("conv", "order"),
+    [
+        # a large input and small weights: its rows once each, the weights per row from L2
+        (dict(c=256, oc=128, k=1, hw=56), "oh_oc_ow"),
+        (dict(c=256, oc=512, k=1, stride=2, hw=56), "oh_oc_ow"),
+        # weights larger than L2: a sweep of the input per group of output channels instead
+        (dict(c=1024, oc=512, k=1, hw=14), "oc_oh_ow"),
+        (dict(c=512, oc=512, k=3, hw=28), "oc_oh_ow"),
+        # one group of output channels: nothing to save, the channel-group order stays
+        (dict(c=64, oc=8, k=3, hw=56), "oc_oh_ow"),
+    ],
+)
+def test_blocked_conv_tiles_go_in_the_order_that_moves_fewer_bytes(conv: dict[str, int], order: str) -> None:
+    w = _conv_workload(_conv_model(**conv), {"conv_algorithm"})
+    dec = _Record()
+    choose_rule(w, dec)
+    assert dec.asked["tile_order"] == order, dec.asked
