@@ -33,7 +33,7 @@ from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Block, Expr, Load, walk_expr
+from compiler.tir.ir import BinOp, Block, Expr, Layout, Load, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -280,17 +280,50 @@ def tile_order(blk: Block, groups: int, threads: int) -> str:
     return "oh_oc_ow" if by_rows < by_groups else "oc_oh_ow"
 
 
+def block_register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int, int]:
+    """(channel blocks, output columns) of a dense blocked conv's register tile.
+
+    On AVX-512 an FMA can read its broadcast operand from memory itself (an embedded broadcast).
+    A tile of one block of output channels uses each input value in exactly one FMA, which then
+    loads it as it multiplies; a tile of several blocks broadcasts each value into a register first
+    and shares it, one more instruction per value on the vector pipes. So there the tile is one
+    block by a run of columns enough to cover the FMA latency (one_block_run), measured faster than
+    the wider tiles on Zen 4 alone, with cold caches and inside models. Elsewhere (AVX2 has no
+    embedded broadcast) register_tile's tile, which shares each broadcast between blocks."""
+    if target.vector_bits >= 512 and block == target.lanes():
+        return 1, one_block_run(ow)
+    return register_tile(target, blocks, block, ow)
+
+
+_FMA_LATENCY = 4  # cycles before an FMA's result can feed the next FMA into the same accumulator
+
+
+def one_block_run(ow: int) -> int:
+    """Output columns per run of a one-block tile: a step of a run of c columns issues c FMAs, one
+    per accumulator, and takes max(c, _FMA_LATENCY) cycles (an AVX-512 FMA per cycle, as Zen 4
+    issues them; a core issuing two is latency-bound on the short runs alike), so the run length
+    up to _FMA_IN_FLIGHT that covers the row in the fewest cycles: a 17-column row takes runs of
+    6 (6 + 6 + 5), not 8 + 8 and a latency-bound last column. Ties go to a row without a shorter
+    last run, then to the longer run."""
+
+    def key(c: int) -> tuple[int, bool, int]:
+        tail = ow % c
+        return ((ow // c) * max(c, _FMA_LATENCY) + (max(tail, _FMA_LATENCY) if tail else 0), tail > 0, -c)
+
+    return min(range(1, min(ow, _FMA_IN_FLIGHT) + 1), key=key)
+
+
 def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     """Dense and grouped convs: a register tile of (channel blocks x output columns) accumulates
     over (input blocks, kh, kw, input lanes), one broadcast input value times one weight vector
-    per step (see register_tile for the tile's size).
+    per step (see block_register_tile for the tile's size).
 
     The output block is the vector: the tile is stored as whole vectors by the fused epilogue, and
     the weights of one step are a contiguous vector of the packed weight."""
     ln, locb, loh, low, loc, lrcb, lry, lrx, lrci = nest.loops
     extents = [iv.extent for iv in nest.blk.iter_vars]
     ow = extents[3]
-    nb0, owt0 = register_tile(info.target, extents[1], extents[4], ow)
+    nb0, owt0 = block_register_tile(info.target, extents[1], extents[4], ow)
     nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
     owt = sch.decide("owt", list(range(1, min(ow, 28) + 1)), owt0 if nb == nb0 else 1)
     ocbo, ocbi = sch.split(locb, [None, nb])
@@ -308,8 +341,21 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     sch.unroll(ocbi)
     sch.unroll(owi)
     sch.vectorize(loc)
-    if sch.decide("unroll_ci", [True, False], False):
+    # a one-block tile's step is short: unrolled over the input lanes, its loads take constant offsets;
+    # but inside a two-column window loop LLVM's strength reduction then keeps a pointer per unrolled
+    # load, spilled and reloaded around every FMA (ConvNeXt's 2x2 downsampling convs ran 2.5x slower)
+    one_block = info.target.vector_bits >= 512 and (nb, owt) == (nb0, owt0) == (1, owt0)
+    if sch.decide("unroll_ci", [True, False], one_block and extents[7] != 2):
         sch.unroll(lrci)
+    weight = next(
+        x.buffer.name
+        for x in walk_expr(store_of(nest.blk).value)
+        if isinstance(x, Load) and x.indices and x.indices[0] is nest.blk.iter_vars[1].var
+    )
+    if nb > 1 and weight in sch.const_params:
+        # [OCB, CB, KH, KW, ib, ob] -> [OCB/nb, CB, KH, KW, ib, nb, ob]: one tile's weight vectors of a
+        # step are adjacent, so the tile reads one stream of weights, not nb
+        sch.pack_layout(weight, Layout(((0, nb),), (0, 2, 3, 4, 5, 1, 6)))
     sch.reverse_compute_at(nest.consumer, owo)
     sch.decompose_reduction(nest.conv, lrcb)
 

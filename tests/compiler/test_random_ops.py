@@ -224,6 +224,48 @@ def test_winograd_chunks_and_passes_match_onnxruntime(force: dict[str, Any], til
 
 
 @pytest.mark.parametrize(
+    ("force", "k", "stride"),
+    [
+        ({"nb": 2, "owt": 5}, 3, 1),  # two blocks: the weights interleaved per tile, a column tail
+        ({"nb": 4, "owt": 3, "unroll_ci": True}, 1, 2),
+        ({"nb": 1, "owt": 6, "unroll_ci": True, "tile_order": "oh_oc_ow"}, 3, 2),
+        ({"nb": 1, "owt": 7, "unroll_ci": False}, 2, 2),  # a two-column window (ConvNeXt's downsampling)
+        ({"nb": 2, "owt": 4, "tile_order": "oh_oc_ow"}, 5, 1),
+    ],
+)
+def test_blocked_conv_register_tiles_match_onnxruntime(  # type: ignore[no-untyped-def]
+    force: dict[str, Any], k: int, stride: int, tmp_path
+) -> None:
+    """block_tile's register tiles forced through a per-node override, whichever the host's default
+    is (one block on AVX-512, several on AVX2): tiles of several channel blocks read weights packed
+    per tile, unrolled input lanes, either tile order, against onnxruntime."""
+    rng = np.random.default_rng(21)
+    lanes = parse_target("host").lanes()
+    c, oc = 2 * lanes, 4 * lanes
+    x = _randn(rng, 1, c, 17, 19)
+    weight = _randn(rng, oc, c, k, k) / np.float32(np.sqrt(k * k * c))
+    model, feeds = single_op(
+        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, oc)}, pads=[k // 2] * 4, strides=[stride, stride]
+    )
+    data = model.SerializeToString()
+    plain = compile_model(data, CompileOptions(disabled_passes=frozenset({"conv_algorithm"})))
+    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    sch, rule = default_schedule(kernel.workload, _Forced(force))
+    assert rule == "conv2d_nchwc" and all(sch.decisions[k] == v for k, v in force.items()), sch.decisions
+    choice = ScheduleChoice(sch.trace, {"source": "override"})
+    options = CompileOptions(overrides={"node": choice}, disabled_passes=frozenset({"conv_algorithm"}))
+    compiled = compile_model(data, options)
+    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    packed = dict(pinned.flat.layouts)
+    assert (len(packed) == 1) == (force["nb"] > 1)  # the weight, packed per tile of several blocks
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run(feeds)
+    for name, want in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize(
     ("pad_at", "stride", "k", "hw"),
     [("row", 1, 3, 23), ("row", 2, 3, 30), ("row", 2, 5, 17), ("kernel", 2, 3, 30), ("row", 1, 7, 12)],
 )

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.kernels import Workload, choose_rule
-from compiler.ops.conv2d_blocked import depthwise_tile, register_tile
+from compiler.ops.conv2d_blocked import block_register_tile, depthwise_tile, one_block_run, register_tile
 from compiler.ops.conv2d_winograd import product_tile
 from compiler.pipeline import CompileOptions, frontier_for
 from compiler.target import parse_target
@@ -194,3 +194,33 @@ def test_blocked_conv_tiles_go_in_the_order_that_moves_fewer_bytes(conv: dict[st
     dec = _Record()
     choose_rule(w, dec)
     assert dec.asked["tile_order"] == order, dec.asked
+
+
+def test_avx512_convs_take_one_block_by_a_run_of_columns() -> None:
+    """On AVX-512 (embedded broadcasts) a dense blocked conv's tile is one channel block by a run of
+    up to eight columns that leaves no latency-bound last run; AVX2 keeps register_tile's tile."""
+    avx512, avx2 = parse_target("znver4"), parse_target("haswell")
+    assert one_block_run(56) == 8 and one_block_run(28) == 7 and one_block_run(7) == 7
+    assert one_block_run(17) == 6 and one_block_run(147) == 7  # 6 + 6 + 5; 21 runs of 7
+    def cycles(ow: int, run: int) -> int:  # a step of c columns: max(c, the FMA latency of 4)
+        return (ow // run) * max(run, 4) + (max(ow % run, 4) if ow % run else 0)
+
+    for ow in range(1, 120):
+        run = one_block_run(ow)
+        assert 1 <= run <= min(ow, 8), (ow, run)
+        assert cycles(ow, run) == min(cycles(ow, r) for r in range(1, min(ow, 8) + 1)), (ow, run)
+        assert block_register_tile(avx512, 8, 16, ow) == (1, run)
+        assert block_register_tile(avx2, 8, 8, ow) == register_tile(avx2, 8, 8, ow)
+
+
+@pytest.mark.parametrize(("k", "stride", "unrolled"), [(1, 1, True), (3, 2, True), (2, 2, False)])
+def test_avx512_one_block_tiles_unroll_the_input_lanes_unless_the_window_is_two_wide(
+    k: int, stride: int, unrolled: bool
+) -> None:
+    model = _conv_model(64, 64, k, stride=stride, hw=28)
+    options = CompileOptions(target="znver4", disabled_passes=frozenset({"conv_algorithm"}))
+    kernels = frontier_for(model, options, None).kernels
+    (w,) = [g.workload for g in kernels if g.workload.anchor_op == "conv2d_nchwc"]
+    dec = _Record()
+    choose_rule(w, dec)
+    assert dec.asked["nb"] == 1 and dec.asked["unroll_ci"] is unrolled, dec.asked
