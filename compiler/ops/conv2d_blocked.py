@@ -33,7 +33,7 @@ from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Block, Expr, Layout, Load, walk_expr
+from compiler.tir.ir import BinOp, Block, Buffer, Expr, Layout, Load, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -260,6 +260,14 @@ def pad_per_row(sch: Schedule, pad: str, row_loop: str, target: Target) -> bool:
 L2_BYTES = 512 << 10
 
 
+def _operands(blk: Block) -> tuple[Buffer, Buffer]:
+    """A dense conv block's (input, weight) buffers: the weight is indexed by the output block first."""
+    oc_var = blk.iter_vars[1].var
+    loads = [x for x in walk_expr(store_of(blk).value) if isinstance(x, Load)]
+    weight = next(x.buffer for x in loads if x.indices and x.indices[0] is oc_var)
+    return next(x.buffer for x in loads if x.buffer is not weight), weight
+
+
 def tile_order(blk: Block, groups: int, threads: int) -> str:
     """The register tiles' order that moves fewer bytes from beyond the private caches.
 
@@ -268,12 +276,9 @@ def tile_order(blk: Block, groups: int, threads: int) -> str:
     the weights per output row (a thread takes a share of the rows). An operand that fits L2_BYTES
     is read from memory once per thread, whatever the order; a larger one once per sweep. Ties (one
     group, or both operands small) go to "oc_oh_ow"."""
-    oc_var = blk.iter_vars[1].var
-    loads = [x for x in walk_expr(store_of(blk).value) if isinstance(x, Load)]
-    weight = next(x.buffer for x in loads if x.indices and x.indices[0] is oc_var)
-    data = next(x.buffer for x in loads if x.buffer is not weight)
-    x_bytes = data.size * 4 // max(1, data.shape[0])  # one image: the batch is the outermost loop
-    w_bytes = weight.size * 4
+    data, weight = _operands(blk)
+    x_bytes = data.size * np.dtype(data.dtype).itemsize // max(1, data.shape[0])  # one image: n is outermost
+    w_bytes = weight.size * np.dtype(weight.dtype).itemsize
     rows = blk.iter_vars[2].extent
     by_groups = w_bytes + x_bytes * (groups if x_bytes > L2_BYTES else min(groups, threads))
     by_rows = x_bytes + w_bytes * (rows if w_bytes > L2_BYTES else min(rows, threads))
@@ -347,11 +352,7 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     one_block = info.target.vector_bits >= 512 and (nb, owt) == (nb0, owt0) == (1, owt0)
     if sch.decide("unroll_ci", [True, False], one_block and extents[7] != 2):
         sch.unroll(lrci)
-    weight = next(
-        x.buffer.name
-        for x in walk_expr(store_of(nest.blk).value)
-        if isinstance(x, Load) and x.indices and x.indices[0] is nest.blk.iter_vars[1].var
-    )
+    weight = _operands(nest.blk)[1].name
     if nb > 1 and weight in sch.const_params:
         # [OCB, CB, KH, KW, ib, ob] -> [OCB/nb, CB, KH, KW, ib, nb, ob]: one tile's weight vectors of a
         # step are adjacent, so the tile reads one stream of weights, not nb
