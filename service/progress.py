@@ -77,6 +77,15 @@ def confirmation_lines(confirmation: Any) -> list[str]:
         if len(variants) >= 2
         else "in-model check done"
     ]
+    whole = confirmation.get("whole_model")
+    if whole:
+        verdict = (
+            "kept" if confirmation.get("kept") != "defaults" else "no faster: the default schedules are kept"
+        )
+        lines.append(
+            f"whole model with the in-model picks: {_ms(whole['picks'])} ms against "
+            f"{_ms(whole['defaults'])} ms with the defaults, {verdict}"
+        )
     changed = confirmation.get("changed") or []
     if changed:
         lines.append(

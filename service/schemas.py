@@ -149,6 +149,14 @@ class ConfirmationOut(_Response):
         default_factory=list,
         description="Model latency per variant: first every task's fastest-alone record, last the defaults.",
     )
+    whole_model: dict[str, float] | None = Field(
+        None,
+        description="The whole model's latency with the in-model picks ('picks') and with the defaults "
+        "('defaults'), timed against each other; absent when every pick was the default.",
+    )
+    kept: str | None = Field(
+        None, description="'picks', or 'defaults' when the whole model ran no faster with the picks."
+    )
     changed: list[str] = Field(default_factory=list, description="Tasks whose in-model pick differs.")
     tasks: list[ConfirmedTaskOut] = Field(default_factory=list)
     error: str | None = None

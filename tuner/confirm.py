@@ -12,8 +12,13 @@ compiled into the whole model, in variants that each take one finalist per task 
 task's best, the last: every task's default), and every kernel is timed in place, in a child
 process, the variants alternating round by round so that a machine whose speed drifts favours
 none. A record's in-model time (seconds per call) goes to the database; a workload's best record
-is then the finalist that ran fastest in the model, and a tuned model is never slower than the
-untuned one where it counts.
+is then the finalist that ran fastest in the model.
+
+Kernels timed one call at a time are still not the model run back to back (on BERT, a matmul that
+won its per-call timing with threads made the whole model slower), so the combination of the
+in-model picks is last compiled and run whole against the defaults, again alternating. Only when
+it runs faster are the picks stored; otherwise only the defaults' in-model times are, and
+compilations keep the default schedules: a tuned model is never slower than the untuned one.
 """
 
 from __future__ import annotations
@@ -61,14 +66,30 @@ class TaskConfirmation:
     alone: dict[int, float] = field(default_factory=dict)
     in_model: dict[int, float] = field(default_factory=dict)
     default_id: int | None = None
+    keep_default: bool = False  # the whole model ran no faster with the in-model picks
 
     @property
-    def chosen(self) -> int | None:
-        """The record the compiler will use: the fastest in the model, ties broken as the database's
-        `best` breaks them (the faster alone, then the older record)."""
+    def fastest_in_model(self) -> int | None:
+        """The finalist that ran fastest in the model, ties broken as the database's `best` breaks
+        them (the faster alone, then the older record)."""
         if not self.in_model:
             return None
         return min(self.in_model, key=lambda rid: (self.in_model[rid], self.alone.get(rid, 0.0), rid))
+
+    @property
+    def chosen(self) -> int | None:
+        """The record the compiler will use: the fastest in the model, or the default when the whole
+        model ran no faster with the picks."""
+        if self.keep_default and self.default_id is not None:
+            return self.default_id
+        return self.fastest_in_model
+
+    @property
+    def stored(self) -> dict[int, float]:
+        """The in-model times that go to the database (those of the records it may choose from)."""
+        if self.keep_default and self.default_id is not None:
+            return {self.default_id: self.in_model[self.default_id]}
+        return dict(self.in_model)
 
     @property
     def isolated_best(self) -> int | None:
@@ -80,6 +101,13 @@ class Confirmation:
     tasks: list[TaskConfirmation]
     variant_secs: list[float]  # median run() latency of each variant (0: best alone, last: defaults)
     seconds: float  # wall time of the whole confirmation (compiles included)
+    # median run() latency of the in-model picks and of the defaults, timed whole against each other
+    # (None when every pick was the default: nothing to compare)
+    whole_model_secs: tuple[float, float] | None = None
+
+    @property
+    def kept_defaults(self) -> bool:
+        return any(t.keep_default for t in self.tasks)
 
     @property
     def changed(self) -> list[TaskConfirmation]:
@@ -165,22 +193,7 @@ def confirm(
                     for k in compiled.manifest["kernels"]
                 }
             )
-    if executor is None:
-        timings, run_secs = time_variants(artifacts, copts, stop)
-    else:
-        future = executor.submit(time_variants, artifacts, copts)
-        while True:
-            try:
-                timings, run_secs = future.result(timeout=0.2)
-                break
-            except FuturesTimeout:
-                if stop():
-                    future.cancel()
-                    raise ConfirmStopped("stopped while timing the model variants") from None
-            except ConfirmError:
-                raise
-            except Exception as exc:
-                raise ConfirmError(f"timing the model variants failed in the executor: {exc}") from exc
+    timings, run_secs = _timed(artifacts, copts, executor, stop)
     by_task = {t.key: TaskConfirmation(t.name, t.key) for t in tasks}
     # per (workload, record): its per-call seconds in each round of each variant it ran in
     samples: dict[tuple[str, int], list[float]] = {}
@@ -208,23 +221,73 @@ def confirm(
                 conf.default_id = rec.id
             if (task.key, rec.id) in samples:
                 conf.in_model[rec.id] = statistics.median(samples[(task.key, rec.id)])
-        if len(conf.in_model) >= 2:
-            db.set_model_secs(task.key, target.key, conf.in_model)
-    return Confirmation([c for c in by_task.values() if c.in_model], run_secs, time.monotonic() - start)
+    compared = [c for c in by_task.values() if len(c.in_model) >= 2]
+    whole = None
+    if any(c.chosen != c.default_id for c in compared if c.default_id is not None):
+        if stop():
+            raise ConfirmStopped("stopped before timing the in-model picks whole")
+        # what compilations will use once the in-model times are stored: the picks where finalists
+        # were compared, the only finalist elsewhere
+        records = {r.id: r for p in picks.values() for r in p}
+        combined = {k: p[0] for k, p in picks.items() if p}
+        combined.update({c.key: records[c.chosen] for c in compared if c.chosen is not None})
+        with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
+            path = Path(tmp) / "picks.temper"
+            compile_model(model, options, _Fixed(combined)).save(path)
+            both = [path.read_bytes(), artifacts[-1]]
+        _, (picked, defaults) = _timed(both, copts, executor, stop, profile=False)
+        whole = (picked, defaults)
+        if picked >= defaults:
+            for c in compared:
+                c.keep_default = c.default_id is not None
+    for c in compared:
+        db.set_model_secs(c.key, target.key, c.stored)
+    return Confirmation(
+        [c for c in by_task.values() if c.in_model], run_secs, time.monotonic() - start, whole
+    )
+
+
+def _timed(
+    artifacts: list[bytes],
+    copts: ConfirmOptions,
+    executor: Executor | None,
+    stop: Callable[[], bool],
+    profile: bool = True,
+) -> tuple[list[list[dict[str, float]]], list[float]]:
+    """time_variants in a child process of this one, or through `executor` (polling `stop`)."""
+    if executor is None:
+        return time_variants(artifacts, copts, stop, profile)
+    future = executor.submit(time_variants, artifacts, copts, None, profile)
+    while True:
+        try:
+            result: tuple[list[list[dict[str, float]]], list[float]] = future.result(timeout=0.2)
+            return result
+        except FuturesTimeout:
+            if stop():
+                future.cancel()
+                raise ConfirmStopped("stopped while timing the model variants") from None
+        except ConfirmError:
+            raise
+        except Exception as exc:
+            raise ConfirmError(f"timing the model variants failed in the executor: {exc}") from exc
 
 
 def time_variants(
-    artifacts: list[bytes], copts: ConfirmOptions, should_stop: Callable[[], bool] | None = None
+    artifacts: list[bytes],
+    copts: ConfirmOptions,
+    should_stop: Callable[[], bool] | None = None,
+    profile: bool = True,
 ) -> tuple[list[list[dict[str, float]]], list[float]]:
-    """Per variant: per round, the median seconds of every kernel (by name); and each variant's median
-    run() latency. Runs in a child process: a crash there is not the tuner's."""
+    """Per variant: per round, the median seconds of every kernel (by name; no rounds without
+    `profile`); and each variant's median run() latency. Runs in a child process: a crash there is
+    not the tuner's."""
     from tuner.measure import mp_context
 
     ctx = mp_context()
     conn, child_conn = ctx.Pipe()
     proc = ctx.Process(
         target=_timing_child,
-        args=(child_conn, artifacts, copts.rounds, copts.repeat, os.getpid()),
+        args=(child_conn, artifacts, copts.rounds, copts.repeat, os.getpid(), profile),
         daemon=True,
     )
     proc.start()
@@ -262,7 +325,9 @@ class ConfirmStopped(Exception):
     """The tuning run was asked to stop during the in-model timing (nothing was stored)."""
 
 
-def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat: int, root: int) -> None:
+def _timing_child(
+    conn: Connection, artifacts: list[bytes], rounds: int, repeat: int, root: int, profile: bool = True
+) -> None:
     import numpy as np
 
     from compiler.runtime import load
@@ -290,8 +355,9 @@ def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat:
         runs: list[list[float]] = [[] for _ in modules]
         for _ in range(rounds):
             for v, m in enumerate(modules):
-                profile = m.profile(feeds, repeat=repeat)
-                kernels[v].append({entry["kernel"]: entry["median"] for entry in profile})
+                if profile:
+                    calls = m.profile(feeds, repeat=repeat)
+                    kernels[v].append({entry["kernel"]: entry["median"] for entry in calls})
                 t0 = time.perf_counter()
                 for _ in range(repeat):
                     m.run(feeds)
@@ -306,9 +372,12 @@ def _timing_child(conn: Connection, artifacts: list[bytes], rounds: int, repeat:
 
 def summary(result: Confirmation) -> dict[str, Any]:
     """JSON-able summary (progress reports, job results); record ids as strings in the maps."""
+    whole = result.whole_model_secs
     return {
         "seconds": result.seconds,
         "variant_secs": result.variant_secs,
+        "whole_model": None if whole is None else {"picks": whole[0], "defaults": whole[1]},
+        "kept": "defaults" if result.kept_defaults else "picks",
         "changed": [t.name for t in result.changed],
         "tasks": [
             {

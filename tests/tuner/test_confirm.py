@@ -12,7 +12,7 @@ from compiler.target import host_target
 from storage.records import SqlDatabase
 from tests.tuner.test_tune import _run, twin_conv_model
 from tuner.apply import DatabaseSource
-from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists
+from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists, summary
 from tuner.records import trace_hash
 from tuner.space import default_trace, space_size
 from tuner.task import Task, extract_tasks
@@ -51,10 +51,13 @@ def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there
         )  # a finalist if ok
         assert set(in_model) == set(alone) and all(v > 0 for v in in_model.values())
         assert task["isolated_best"] == min(alone, key=lambda r: (alone[r], r))
-        assert task["chosen"] == min(in_model, key=lambda r: (in_model[r], alone[r], r))
+        fastest = min(in_model, key=lambda r: (in_model[r], alone[r], r))
+        kept_defaults = report["kept"] == "defaults" and task["default"] is not None
+        assert task["chosen"] == (task["default"] if kept_defaults else fastest)
         stored = {r.id: r.model_secs for r in db.records(task["key"], target) if r.model_secs is not None}
         if len(in_model) > 1:  # one finalist has nothing to be compared with: its record stays as measured
-            assert stored == pytest.approx(in_model)
+            want = {task["default"]: in_model[task["default"]]} if kept_defaults else in_model
+            assert stored == pytest.approx(want)
         best = db.best(task["key"], target)
         assert best is not None and best.id == task["chosen"]
         chosen[task["key"]] = task["chosen"]
@@ -69,6 +72,47 @@ def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there
             assert schedule["model_s"] > 0
     got, want = _run(model, compiled, tmp_path)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("picks_faster", [True, False])
+def test_the_picks_are_kept_only_when_the_whole_model_runs_faster_with_them(
+    picks_faster: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-model picks are compiled and run whole against the defaults; when they are no faster,
+    only the defaults' in-model times are stored and compilations use the default schedules. The
+    kernels are timed for real; the whole-model verdict is given here, so both outcomes are seen."""
+    import tuner.confirm as confirm_module
+
+    model, db, tasks = _searched(tmp_path, 16)
+    timed = confirm_module._timed
+    whole: list[list[bytes]] = []
+
+    def verdict(artifacts, copts, executor, stop, profile=True):  # type: ignore[no-untyped-def]
+        if profile:  # the kernels of every variant timed for real, the defaults' made to lose in place
+            kernels, runs = timed(artifacts, copts, executor, stop, profile)
+            kernels[-1] = [{name: 10 * secs for name, secs in round_.items()} for round_ in kernels[-1]]
+            return kernels, runs
+        whole.append(artifacts)
+        return [], [1.0, 2.0] if picks_faster else [2.0, 1.0]
+
+    monkeypatch.setattr(confirm_module, "_timed", verdict)
+    result = confirm(model, CompileOptions(), db, tasks, host_target())
+    assert result is not None
+    compared = [t for t in result.tasks if len(t.in_model) >= 2]
+    assert compared and all(t.fastest_in_model != t.default_id for t in compared)
+    assert len(whole) == 1 and len(whole[0]) == 2  # the picks' artifact and the defaults'
+    assert result.whole_model_secs == ((1.0, 2.0) if picks_faster else (2.0, 1.0))
+    assert result.kept_defaults is not picks_faster
+    target = host_target().key
+    for t in compared:
+        best = db.best(t.key, target)
+        assert best is not None
+        if picks_faster:
+            assert best.id == t.fastest_in_model == t.chosen
+        else:
+            assert best.id == t.default_id == t.chosen
+            assert [r.id for r in db.records(t.key, target) if r.model_secs is not None] == [t.default_id]
+    assert summary(result)["kept"] == ("picks" if picks_faster else "defaults")
 
 
 def _searched(tmp_path: Path, trials: int) -> tuple[bytes, SqlDatabase, list[Task]]:

@@ -137,6 +137,9 @@ function confirmationView(progress) {
       ["Took", c.seconds !== null && c.seconds !== undefined ? fmtDuration(c.seconds) : null],
       ["Model with each kernel's fastest-alone schedule", variants.length ? fmtSeconds(variants[0]) : null],
       ["Model with the default schedules", variants.length >= 2 ? fmtSeconds(variants[variants.length - 1]) : null],
+      ["Whole model with the in-model picks", c.whole_model ? fmtSeconds(c.whole_model.picks) : null],
+      ["Whole model with the defaults, timed against it", c.whole_model ? fmtSeconds(c.whole_model.defaults) : null],
+      ["Kept", c.kept === "defaults" ? "the default schedules (the picks were no faster whole)" : c.kept ? "the in-model picks" : null],
       ["Kernels whose in-model pick differs", (c.changed || []).length ? c.changed.join(", ") : "none"],
     ]),
     table({

@@ -1,0 +1,28 @@
+"""The lines `temper tune` prints about the in-model check (service/progress.py)."""
+
+from __future__ import annotations
+
+from service.progress import confirmation_lines
+
+
+def _report(kept: str, whole: dict[str, float] | None) -> dict[str, object]:
+    return {
+        "seconds": 12.0,
+        "variant_secs": [0.010, 0.011, 0.012],
+        "whole_model": whole,
+        "kept": kept,
+        "changed": ["fused_conv2d_1"],
+        "tasks": [],
+    }
+
+
+def test_the_whole_model_verdict_is_printed_with_both_latencies() -> None:
+    kept = confirmation_lines(_report("picks", {"picks": 0.0100, "defaults": 0.0120}))
+    assert any("10.000 ms against 12.000 ms with the defaults, kept" in line for line in kept)
+    reverted = confirmation_lines(_report("defaults", {"picks": 0.0125, "defaults": 0.0120}))
+    assert any("no faster: the default schedules are kept" in line for line in reverted)
+    nothing = confirmation_lines(_report("picks", None))  # every pick was the default
+    assert not any("whole model" in line for line in nothing)
+    assert confirmation_lines({"error": "boom"}) == [
+        "in-model check failed (records kept as measured alone): boom"
+    ]
