@@ -377,28 +377,46 @@ def winograd_alternatives(model: ModelInput, options: CompileOptions, fr: Fronti
 def measured_direct(
     model: ModelInput, options: CompileOptions, fr: Frontier, schedules: ScheduleSource | None
 ) -> frozenset[str]:
-    """The Winograd convs of `fr` whose direct twin's tuned schedule measured faster than their own
-    (both timed alone): the rule picks the algorithm, measurements overrule it."""
+    """The Winograd convs of `fr` whose direct twin's tuned schedule measured faster than their own:
+    the rule picks the algorithm, measurements overrule it. Without in-model times, both kernels'
+    times alone decide. A Winograd kernel timed inside its model (`model_s`) gives way only to a twin
+    with an in-model time too, which tuner.confirm stores only when the model, compiled with that
+    twin, ran faster as a whole: a kernel alone is not the kernel in place (DenseNet's 7x7 convs ran
+    faster direct alone, and slower so inside the model)."""
     if schedules is None:
         return frozenset()
-    timed: dict[str, float] = {}  # Winograd workloads with a measured record
+    timed: dict[str, tuple[float | None, float]] = {}  # Winograd workloads: (in model, alone)
     for k in fr.kernels:
         w = k.workload
         if w.anchor_op == "conv2d_winograd_nchwc" and w.key not in timed:
             mine = schedules.lookup(w.key, fr.target.key)
             if mine is not None and mine.seconds is not None:
-                timed[w.key] = mine.seconds
+                timed[w.key] = (_in_model(mine), mine.seconds)
     if not timed:  # nothing to compare with: no need to build the direct twins
         return frozenset()
     faster = set()
     for alt in winograd_alternatives(model, options, fr):
         own = timed.get(alt.kernel.workload.key)
         other = schedules.lookup(alt.twin.key, fr.target.key)
-        if own is not None and other is not None and other.seconds is not None and other.seconds < own:
+        if own is None or other is None or other.seconds is None:
+            continue
+        own_model, own_alone = own
+        other_model = _in_model(other)
+        if own_model is not None:
+            wins = other_model is not None
+        else:
+            wins = other.seconds < own_alone
+        if wins:
             anchor = alt.kernel.group.anchor
             assert anchor is not None  # a Winograd kernel is anchored on its conv
             faster.add(anchor.name)
     return frozenset(faster)
+
+
+def _in_model(choice: ScheduleChoice) -> float | None:
+    """A record's seconds per call inside its compiled model, when it was timed there."""
+    value = choice.provenance.get("model_s")
+    return float(value) if isinstance(value, int | float) else None
 
 
 def frontier_for(model: ModelInput, options: CompileOptions, schedules: ScheduleSource | None) -> Frontier:

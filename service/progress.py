@@ -75,6 +75,9 @@ def confirmation_lines(confirmation: Any) -> list[str]:
         f"{_ms(variants[0])} ms with every kernel's fastest-alone schedule, {_ms(variants[-1])} ms with "
         "the defaults"
         if len(variants) >= 2
+        else f"in-model check ({confirmation.get('seconds', 0):.0f} s): the model ran {_ms(variants[0])} ms "
+        "with one schedule per kernel (nothing to choose between; their in-model times are stored)"
+        if variants
         else "in-model check done"
     ]
     whole = confirmation.get("whole_model")
@@ -85,6 +88,14 @@ def confirmation_lines(confirmation: Any) -> list[str]:
         lines.append(
             f"whole model with the in-model picks: {_ms(whole['picks'])} ms against "
             f"{_ms(whole['defaults'])} ms with the defaults, {verdict}"
+        )
+    direct = confirmation.get("direct") or []
+    if direct:
+        lines.append(
+            f"the picks ran {len(direct)} conv(s) direct, not Winograd (faster alone"
+            + ("; kept" if confirmation.get("kept") != "defaults" else "; not kept: the model was no faster")
+            + "): "
+            + ", ".join(direct)
         )
     changed = confirmation.get("changed") or []
     if changed:

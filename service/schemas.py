@@ -158,6 +158,11 @@ class ConfirmationOut(_Response):
         None, description="'picks', or 'defaults' when the whole model ran no faster with the picks."
     )
     changed: list[str] = Field(default_factory=list, description="Tasks whose in-model pick differs.")
+    direct: list[str] = Field(
+        default_factory=list,
+        description="Convs (ONNX nodes) the picks ran direct, not Winograd, as their direct kernel measured "
+        "faster alone; compilations run them direct only when the picks were kept.",
+    )
     tasks: list[ConfirmedTaskOut] = Field(default_factory=list)
     error: str | None = None
 

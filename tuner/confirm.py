@@ -19,6 +19,12 @@ won its per-call timing with threads made the whole model slower), so the combin
 in-model picks is last compiled and run whole against the defaults, again alternating. Only when
 it runs faster are the picks stored; otherwise only the defaults' in-model times are, and
 compilations keep the default schedules: a tuned model is never slower than the untuned one.
+
+The picks include the algorithm switches measurements make: a Winograd conv whose direct twin (its
+alternative task) ran faster alone is compiled direct in the picks, as a compilation from the
+database would (compiler.pipeline.measured_direct). The twin's in-model time is stored only when
+the picks win; a Winograd kernel timed in the model gives way only to a twin timed there, so no
+algorithm switch reaches a compilation without having run whole and faster.
 """
 
 from __future__ import annotations
@@ -104,10 +110,13 @@ class Confirmation:
     # median run() latency of the in-model picks and of the defaults, timed whole against each other
     # (None when every pick was the default: nothing to compare)
     whole_model_secs: tuple[float, float] | None = None
+    # convs the picks ran direct (their twin faster alone), by ONNX node; kept only with the picks
+    direct_convs: tuple[str, ...] = ()
+    picks_lost: bool = False  # the whole model ran no faster with the picks
 
     @property
     def kept_defaults(self) -> bool:
-        return any(t.keep_default for t in self.tasks)
+        return self.picks_lost or any(t.keep_default for t in self.tasks)
 
     @property
     def changed(self) -> list[TaskConfirmation]:
@@ -144,16 +153,55 @@ def _pick(finals: list[TuningRecord], variant: int, variants: int) -> TuningReco
 
 
 class _Fixed:
-    """A schedule source answering from a fixed map (workload key -> record)."""
+    """A schedule source answering from a fixed map (workload key -> record); `timed`: with each
+    record's time alone, which lets a direct twin measured faster than its Winograd conv replace it
+    (as a compilation from the database before any in-model time was stored)."""
 
-    def __init__(self, choices: dict[str, TuningRecord]) -> None:
+    def __init__(self, choices: dict[str, TuningRecord], timed: bool = False) -> None:
         self.choices = choices
+        self.timed = timed
 
     def lookup(self, workload_key: str, target_key: str) -> ScheduleChoice | None:
         rec = self.choices.get(workload_key)
         if rec is None:
             return None
-        return ScheduleChoice(Trace.from_json(dict(rec.trace)), {"source": "record", "record_id": rec.id})
+        return ScheduleChoice(
+            Trace.from_json(dict(rec.trace)),
+            {"source": "record", "record_id": rec.id},
+            rec.seconds if self.timed else None,
+        )
+
+
+def direct_twins(
+    model: ModelInput, options: CompileOptions, db: Database, target: Target
+) -> dict[str, TuningRecord]:
+    """The direct twins of the model's Winograd convs that tuning measured: twin workload key -> its
+    fastest record alone (what measured_direct weighs against the Winograd kernel's)."""
+    from compiler.pipeline import build_frontier, winograd_alternatives
+
+    twins = {}
+    for alt in winograd_alternatives(model, options, build_frontier(model, options)):
+        ok = [r for r in db.records(alt.twin.key, target.key) if r.ok and r.trusted]
+        if ok:
+            twins[alt.twin.key] = min(ok, key=lambda r: (r.seconds, r.id or 0))
+    return twins
+
+
+def _per_call(
+    kernels: dict[str, tuple[str, TuningRecord | None]], rounds: list[dict[str, float]]
+) -> dict[tuple[str, int], list[float]]:
+    """(workload, record) -> its seconds per call in each round, from one variant's kernel timings."""
+    totals: dict[tuple[str, int], list[float]] = {}
+    calls: dict[tuple[str, int], int] = {}
+    for name, (key, rec) in kernels.items():
+        if rec is None or rec.id is None:
+            continue
+        pair = (key, rec.id)
+        acc = totals.setdefault(pair, [0.0] * len(rounds))
+        for i, round_ in enumerate(rounds):
+            acc[i] += round_[name]
+        calls[pair] = calls.get(pair, 0) + 1
+    return {pair: [s / calls[pair] for s in acc] for pair, acc in totals.items()}
 
 
 def confirm(
@@ -167,15 +215,17 @@ def confirm(
     should_stop: Callable[[], bool] | None = None,
 ) -> Confirmation | None:
     """Time every task's finalists inside the model and store their in-model times; None when no task
-    has two finalists (nothing to choose between). The timing runs in a child process of this one, or
-    through `executor` (the runner's: the machine the candidates were timed on). `should_stop` is
-    polled throughout: when it says so, ConfirmStopped is raised and nothing is stored."""
+    has a successful record. A task with one finalist is timed too: its in-model time is what keeps
+    its Winograd conv from giving way to a direct twin timed only alone (measured_direct). The timing
+    runs in a child process of this one, or through `executor` (the runner's: the machine the
+    candidates were timed on). `should_stop` is polled throughout: when it says so, ConfirmStopped
+    is raised and nothing is stored."""
     copts = copts or ConfirmOptions()
     stop = should_stop or (lambda: False)
     start = time.monotonic()
     picks = {t.key: finalists(db, t, target.key, copts.finalists) for t in tasks}
     nvariants = max((len(p) for p in picks.values()), default=0)
-    if nvariants < 2:
+    if nvariants < 1:
         return None
     artifacts, variant_records = [], []
     with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
@@ -193,24 +243,14 @@ def confirm(
                     for k in compiled.manifest["kernels"]
                 }
             )
+        defaults_manifest = compiled.manifest
     timings, run_secs = _timed(artifacts, copts, executor, stop)
     by_task = {t.key: TaskConfirmation(t.name, t.key) for t in tasks}
     # per (workload, record): its per-call seconds in each round of each variant it ran in
     samples: dict[tuple[str, int], list[float]] = {}
     for v, kernels in enumerate(variant_records):
-        totals: dict[tuple[str, int], list[float]] = {}
-        calls: dict[tuple[str, int], int] = {}
-        for name, (key, rec) in kernels.items():
-            if rec is None or rec.id is None:
-                continue
-            pair = (key, rec.id)
-            per_round = [round_[name] for round_ in timings[v]]
-            acc = totals.setdefault(pair, [0.0] * len(per_round))
-            for i, s in enumerate(per_round):
-                acc[i] += s
-            calls[pair] = calls.get(pair, 0) + 1
-        for pair, acc in totals.items():
-            samples.setdefault(pair, []).extend(s / calls[pair] for s in acc)
+        for pair, per_round in _per_call(kernels, timings[v]).items():
+            samples.setdefault(pair, []).extend(per_round)
     for task in tasks:
         conf = by_task[task.key]
         default_hash = trace_hash(default_trace(task.workload).to_json())
@@ -222,29 +262,66 @@ def confirm(
             if (task.key, rec.id) in samples:
                 conf.in_model[rec.id] = statistics.median(samples[(task.key, rec.id)])
     compared = [c for c in by_task.values() if len(c.in_model) >= 2]
-    whole = None
-    if any(c.chosen != c.default_id for c in compared if c.default_id is not None):
-        if stop():
-            raise ConfirmStopped("stopped before timing the in-model picks whole")
-        # what compilations will use once the in-model times are stored: the picks where finalists
-        # were compared, the only finalist elsewhere
-        records = {r.id: r for p in picks.values() for r in p}
-        combined = {k: p[0] for k, p in picks.items() if p}
-        combined.update({c.key: records[c.chosen] for c in compared if c.chosen is not None})
+    # what compilations will use once the in-model times are stored: the picks where finalists were
+    # compared, the only finalist elsewhere, and a direct twin where one ran faster alone
+    records = {r.id: r for p in picks.values() for r in p}
+    combined = {k: p[0] for k, p in picks.items() if p}
+    combined.update({c.key: records[c.chosen] for c in compared if c.chosen is not None})
+    twins = direct_twins(model, options, db, target) if _has_winograd(defaults_manifest) else {}
+    differ = any(c.chosen != c.default_id for c in compared if c.default_id is not None)
+    whole: tuple[float, float] | None = None
+    direct: tuple[str, ...] = ()
+    twin_secs: dict[tuple[str, int], float] = {}
+    lost = False
+    if stop():
+        raise ConfirmStopped("stopped before timing the in-model picks whole")
+    picked = (
+        compile_model(model, options, _Fixed({**combined, **twins}, timed=True)) if differ or twins else None
+    )
+    direct = _switched(picked.manifest) if picked is not None else ()
+    if picked is not None and (direct or differ):
         with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
             path = Path(tmp) / "picks.temper"
-            compile_model(model, options, _Fixed(combined)).save(path)
+            picked.save(path)
             both = [path.read_bytes(), artifacts[-1]]
-        _, (picked, defaults) = _timed(both, copts, executor, stop, profile=False)
-        whole = (picked, defaults)
-        if picked >= defaults:
+        # with twins run direct, each kernel is timed too: the twins' in-model times are stored
+        kernel_rounds, (picked_s, defaults_s) = _timed(both, copts, executor, stop, profile=bool(direct))
+        whole = (picked_s, defaults_s)
+        lost = picked_s >= defaults_s
+        if direct and not lost:
+            ran = {
+                k["name"]: (k["workload_key"], twins.get(k["workload_key"]))
+                for k in picked.manifest["kernels"]
+            }
+            twin_secs = {pair: statistics.median(t) for pair, t in _per_call(ran, kernel_rounds[0]).items()}
+        if lost:
             for c in compared:
                 c.keep_default = c.default_id is not None
-    for c in compared:
-        db.set_model_secs(c.key, target.key, c.stored)
+    for c in by_task.values():
+        if c.in_model:
+            db.set_model_secs(c.key, target.key, c.stored)
+    for key in twins:  # a twin's earlier in-model time would switch its conv: only this run's stands
+        db.set_model_secs(key, target.key, {rid: secs for (k, rid), secs in twin_secs.items() if k == key})
     return Confirmation(
-        [c for c in by_task.values() if c.in_model], run_secs, time.monotonic() - start, whole
+        [c for c in by_task.values() if c.in_model],
+        run_secs,
+        time.monotonic() - start,
+        whole,
+        tuple(direct),
+        lost,
     )
+
+
+def _has_winograd(manifest: dict[str, Any]) -> bool:
+    return bool(manifest.get("conv_algorithms", {}).get("winograd"))
+
+
+def _switched(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The convs a compilation ran direct because tuning measured their twin faster."""
+    from compiler.graph.passes.conv_algorithm import MEASURED_FASTER
+
+    direct = manifest.get("conv_algorithms", {}).get("direct", {})
+    return tuple(sorted(name for name, why in direct.items() if why == MEASURED_FASTER))
 
 
 def _timed(
@@ -379,6 +456,7 @@ def summary(result: Confirmation) -> dict[str, Any]:
         "whole_model": None if whole is None else {"picks": whole[0], "defaults": whole[1]},
         "kept": "defaults" if result.kept_defaults else "picks",
         "changed": [t.name for t in result.changed],
+        "direct": list(result.direct_convs),
         "tasks": [
             {
                 "name": t.name,

@@ -127,8 +127,9 @@ class _Timed:
     """A schedule source with records of given times (the default schedules, as a tuner stores
     them when nothing beat them)."""
 
-    def __init__(self, seconds: dict[str, float]) -> None:
+    def __init__(self, seconds: dict[str, float], in_model: dict[str, float] | None = None) -> None:
         self.seconds = seconds
+        self.in_model = in_model or {}  # workload key -> seconds per call timed inside the model
         self.traces: dict[str, object] = {}
 
     def lookup(self, workload_key: str, target_key: str):  # type: ignore[no-untyped-def]
@@ -137,6 +138,8 @@ class _Timed:
         if workload_key not in self.seconds:
             return None
         provenance = {"source": "record", "record_id": 1, "measured_s": self.seconds[workload_key]}
+        if workload_key in self.in_model:
+            provenance["model_s"] = self.in_model[workload_key]
         return ScheduleChoice(self.traces[workload_key], provenance, self.seconds[workload_key])  # type: ignore[arg-type]
 
 
@@ -167,6 +170,16 @@ def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
         assert len(passes) == len(set(passes)) and passes[-1] == "fuse_ops"  # each pass once, as it ran
         used = {k["workload_key"]: k["schedule"]["source"] for k in compiled.manifest["kernels"]}
         assert used[alt.twin.key if expect == "direct" else wino.key] == "record"
+    # a Winograd kernel timed inside the model gives way only to a twin with an in-model time (stored
+    # only when the model ran faster whole with it), never to one faster alone only
+    for in_model, expect in (
+        ({wino.key: 2e-4}, "winograd"),
+        ({wino.key: 2e-4, alt.twin.key: 3e-4}, "direct"),
+    ):
+        source = _Timed({alt.twin.key: 1e-4, wino.key: 2e-4}, in_model)
+        source.traces = {k.key: default_schedule(k)[0].trace for k in (alt.twin, wino)}
+        algorithms = compile_model(data, CompileOptions(), source).manifest["conv_algorithms"]
+        assert len(algorithms[expect]) == 1, (in_model, algorithms)
     # without measurements of both, the rule stands
     only_one = _Timed({alt.twin.key: 1e-6})
     only_one.traces = {alt.twin.key: default_schedule(alt.twin)[0].trace}

@@ -5,15 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
+import compiler.runtime
 from compiler.pipeline import CompileOptions, compile_model
 from compiler.target import host_target
 from storage.records import SqlDatabase
 from tests.tuner.test_tune import _run, twin_conv_model
 from tuner.apply import DatabaseSource
 from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists, summary
-from tuner.records import trace_hash
+from tuner.records import TuningRecord, trace_hash
 from tuner.space import default_trace, space_size
 from tuner.task import Task, extract_tasks
 from tuner.tune import TuneOptions, tune
@@ -31,7 +33,6 @@ def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there
     extracted = {t.key: t for t in extract_tasks(model, CompileOptions())}
     default_of = {key: default_trace(t.workload).to_json() for key, t in extracted.items()}
     chosen = {}
-    compared: set[str] = set()
     for task in report["tasks"]:
         in_model = {int(k): v for k, v in task["in_model"].items()}
         alone = {int(k): v for k, v in task["alone"].items()}
@@ -55,21 +56,20 @@ def test_finalists_are_timed_in_the_model_and_compilations_use_the_fastest_there
         kept_defaults = report["kept"] == "defaults" and task["default"] is not None
         assert task["chosen"] == (task["default"] if kept_defaults else fastest)
         stored = {r.id: r.model_secs for r in db.records(task["key"], target) if r.model_secs is not None}
-        if len(in_model) > 1:  # one finalist has nothing to be compared with: its record stays as measured
-            want = {task["default"]: in_model[task["default"]]} if kept_defaults else in_model
-            assert stored == pytest.approx(want)
+        # a lone finalist's in-model time is stored too (a Winograd kernel's keeps its twin timed
+        # only alone from overruling it)
+        want = (
+            {task["default"]: in_model[task["default"]]} if kept_defaults and len(in_model) > 1 else in_model
+        )
+        assert stored == pytest.approx(want)
         best = db.best(task["key"], target)
         assert best is not None and best.id == task["chosen"]
         chosen[task["key"]] = task["chosen"]
-        if len(in_model) > 1:
-            compared.add(task["key"])
     compiled = compile_model(model.SerializeToString(), CompileOptions(), DatabaseSource(db))
     for kernel in compiled.manifest["kernels"]:
         schedule = kernel["schedule"]
         assert schedule["record_id"] == chosen[kernel["workload_key"]]
-        assert schedule["measured_s"] > 0
-        if kernel["workload_key"] in compared:
-            assert schedule["model_s"] > 0
+        assert schedule["measured_s"] > 0 and schedule["model_s"] > 0
     got, want = _run(model, compiled, tmp_path)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -115,6 +115,64 @@ def test_the_picks_are_kept_only_when_the_whole_model_runs_faster_with_them(
     assert summary(result)["kept"] == ("picks" if picks_faster else "defaults")
 
 
+@pytest.mark.parametrize("picks_faster", [True, False])
+def test_a_direct_twin_faster_alone_runs_direct_only_when_the_whole_model_runs_faster_with_it(
+    picks_faster: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Winograd conv's direct twin measured faster alone goes into the picks, as a compilation from
+    the database would run it; the twin's in-model time is stored only when the whole model ran
+    faster, and a compilation then runs the conv direct. Otherwise the conv stays Winograd, however
+    fast its twin ran alone. The kernels are timed for real; the whole-model verdict is given here."""
+    import tuner.confirm as confirm_module
+    from compiler.graph.passes.conv_algorithm import MEASURED_FASTER
+    from tests.tuner.test_scheduler import twin_winograd_model
+
+    proto = twin_winograd_model()
+    model = proto.SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(model, CompileOptions(), db, TuneOptions(trials=4, confirm=False))  # every task's default
+    target = host_target()
+    twin = next(iter(confirm_module.direct_twins(model, CompileOptions(), db, target).values()))
+    db.commit_record(replace_secs(twin, 1e-9))  # the twin now runs faster alone than any Winograd kernel
+    timed = confirm_module._timed
+    calls: list[int] = []
+
+    def verdict(artifacts, copts, executor, stop, profile=True):  # type: ignore[no-untyped-def]
+        kernels, runs = timed(artifacts, copts, executor, stop, profile)
+        calls.append(len(artifacts))
+        if len(calls) == 2:  # the picks against the defaults, whole
+            runs = [1.0, 2.0] if picks_faster else [2.0, 1.0]
+        return kernels, runs
+
+    monkeypatch.setattr(confirm_module, "_timed", verdict)
+    tasks = [t for t in extract_tasks(model, CompileOptions()) if t.alternative_of is None]
+    result = confirm(model, CompileOptions(), db, tasks, target)
+    assert result is not None and calls == [1, 2]  # the defaults only in the model, then picks vs defaults
+    assert set(result.direct_convs) == {"conv_a", "conv_b"}
+    assert summary(result)["direct"] == ["conv_a", "conv_b"]
+    assert result.kept_defaults is not picks_faster
+    timed_in_model = [r for r in db.records(twin.workload_key, target.key) if r.model_secs is not None]
+    assert len(timed_in_model) == (1 if picks_faster else 0)
+    compiled = compile_model(model, CompileOptions(), DatabaseSource(db))
+    algorithms = compiled.manifest["conv_algorithms"]
+    if picks_faster:
+        assert algorithms["direct"] == {"conv_a": MEASURED_FASTER, "conv_b": MEASURED_FASTER}
+    else:
+        assert not algorithms["direct"] and len(algorithms["winograd"]) == 2
+    compiled.save(tmp_path / "m.temper")
+    x = np.random.default_rng(1).standard_normal((1, 32, 12, 12)).astype(np.float32)
+    got = compiler.runtime.load(tmp_path / "m.temper").run({"x": x})["y"]
+    want = ort.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def replace_secs(record: TuningRecord, secs: float) -> TuningRecord:
+    """A copy of a record, as measured taking `secs` per call."""
+    import dataclasses
+
+    return dataclasses.replace(record, id=None, run_secs=(secs,) * 3, model_secs=None)
+
+
 def _searched(tmp_path: Path, trials: int) -> tuple[bytes, SqlDatabase, list[Task]]:
     """The twin model tuned without the in-model check: (model, database, tasks)."""
     model = twin_conv_model().SerializeToString()
@@ -137,12 +195,18 @@ def test_finalists_are_distinct_and_end_with_the_default(tmp_path: Path) -> None
         assert all(r.model_secs is None for r in db.records(task.key, target))  # confirm=False
 
 
-def test_nothing_to_confirm_when_only_defaults_were_measured(tmp_path: Path) -> None:
+def test_with_only_defaults_measured_the_model_is_timed_once_for_their_in_model_times(tmp_path: Path) -> None:
+    """Nothing to choose between, but the defaults' in-model times are stored: they are what keeps a
+    conv's rule-chosen algorithm from giving way to an alternative timed only alone."""
     model = twin_conv_model().SerializeToString()
     db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
     final = tune(model, CompileOptions(), db, TuneOptions(trials=2))  # two tasks: their defaults
-    assert final.trials_done == 2 and final.confirmation is None
-    assert all(r.model_secs is None for r in db.iter_records())
+    report = final.confirmation
+    assert final.trials_done == 2 and report is not None and "error" not in report, report
+    assert len(report["variant_secs"]) == 1 and report["whole_model"] is None and not report["changed"]
+    records = list(db.iter_records())
+    assert len(records) == 2 and all(r.model_secs is not None and r.model_secs > 0 for r in records)
+    assert {t["key"] for t in report["tasks"]} == {r.workload_key for r in records}
 
 
 def test_a_failed_confirmation_leaves_the_records_as_they_were(tmp_path: Path) -> None:

@@ -141,6 +141,7 @@ function confirmationView(progress) {
       ["Whole model with the defaults, timed against it", c.whole_model ? fmtSeconds(c.whole_model.defaults) : null],
       ["Kept", c.kept === "defaults" ? "the default schedules (the picks were no faster whole)" : c.kept ? "the in-model picks" : null],
       ["Kernels whose in-model pick differs", (c.changed || []).length ? c.changed.join(", ") : "none"],
+      ["Convs the picks ran direct (faster alone than Winograd)", (c.direct || []).length ? c.direct.join(", ") : null],
     ]),
     table({
       caption: "Finalists timed alone and inside the model",
