@@ -270,7 +270,6 @@ def confirm(
     twins = direct_twins(model, options, db, target) if _has_winograd(defaults_manifest) else {}
     differ = any(c.chosen != c.default_id for c in compared if c.default_id is not None)
     whole: tuple[float, float] | None = None
-    direct: tuple[str, ...] = ()
     twin_secs: dict[tuple[str, int], float] = {}
     lost = False
     if stop():
