@@ -68,6 +68,11 @@ _NAMED_FEATURES = {
 }
 
 
+# AVX-512 CPUs whose cores start one 512-bit FMA per cycle: Zen 4 runs each as two 256-bit halves and
+# Intel's client cores fuse their two 256-bit FMA ports into one; Zen 5 and Intel's server cores start two
+_ONE_FMA_512 = frozenset({"znver4", "cannonlake", "icelake-client", "tigerlake", "rocketlake"})
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     triple: str
@@ -90,6 +95,11 @@ class Target:
     def vector_registers(self) -> int:
         """Architectural vector registers a register tile may use (AVX-512 doubles them)."""
         return 32 if self.vector_bits >= 512 else 16
+
+    @property
+    def fma_per_cycle(self) -> int:
+        """Full-width vector FMAs a core starts per cycle: how many a register tile keeps busy."""
+        return 1 if self.vector_bits >= 512 and self.cpu in _ONE_FMA_512 else 2
 
     @property
     def required_features(self) -> list[str]:

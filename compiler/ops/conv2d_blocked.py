@@ -150,7 +150,9 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 _FMA_IN_FLIGHT = 8
 
 
-def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int, int]:
+def register_tile(
+    target: Target, blocks: int, block: int, ow: int, *, whole_rows: bool = False
+) -> tuple[int, int]:
     """(channel blocks, output columns) of a register tile.
 
     Accumulators, one register per weight vector and one for the broadcast input value must fit the
@@ -162,7 +164,9 @@ def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int
     width such as 17 or 71 still gets a wide tile. Ties go to the tile loading the fewest bytes per
     FMA (a weight vector per column of the tile, an input value per channel block of it: the inputs
     and weights of a deep reduction come from L2), then to a tile without a tail, then to the larger
-    tile (less loop and store overhead)."""
+    tile (less loop and store overhead). With `whole_rows`, a tile without a tail comes before the
+    bytes: the tail's run reloads the tile's weight vectors for a few columns (see
+    block_register_tile for where that is chosen)."""
     regs = target.vector_registers
     vecs = max(1, -(-block // target.lanes()))
 
@@ -181,7 +185,9 @@ def register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int
             row = (ow // owt) * cycles(owt, per_col) + (cycles(tail, per_col) if tail else 0.0)
             acc = owt * per_col
             traffic = 1 / owt + 1 / per_col
-            key = (round(row / (ow * per_col), 9), round(traffic, 9), tail > 0, -acc)
+            bytes_then_tail = (round(traffic, 9), tail > 0)
+            order = bytes_then_tail[::-1] if whole_rows else bytes_then_tail
+            key = (round(row / (ow * per_col), 9), *order, -acc)
             if key < best_key:
                 best, best_key = (nb, owt), key
     return best
@@ -285,19 +291,31 @@ def tile_order(blk: Block, groups: int, threads: int) -> str:
     return "oh_oc_ow" if by_rows < by_groups else "oc_oh_ow"
 
 
+def one_block_tiles(target: Target, block: int) -> bool:
+    """Whether a dense blocked conv's register tile is one block of output channels by a run of
+    columns (see block_register_tile): on AVX-512 cores that start one 512-bit FMA per cycle."""
+    return target.vector_bits >= 512 and block == target.lanes() and target.fma_per_cycle == 1
+
+
 def block_register_tile(target: Target, blocks: int, block: int, ow: int) -> tuple[int, int]:
     """(channel blocks, output columns) of a dense blocked conv's register tile.
 
     On AVX-512 an FMA can read its broadcast operand from memory itself (an embedded broadcast).
     A tile of one block of output channels uses each input value in exactly one FMA, which then
     loads it as it multiplies; a tile of several blocks broadcasts each value into a register first
-    and shares it, one more instruction per value on the vector pipes. So there the tile is one
-    block by a run of columns enough to cover the FMA latency (one_block_run), measured faster than
-    the wider tiles on Zen 4 alone, with cold caches and inside models. Elsewhere (AVX2 has no
-    embedded broadcast) register_tile's tile, which shares each broadcast between blocks."""
-    if target.vector_bits >= 512 and block == target.lanes():
+    and shares it, one more instruction per value on the vector pipes. On a core that starts one
+    512-bit FMA per cycle (Zen 4) that instruction costs FMA slots, so there the tile is one block
+    by a run of columns enough to cover the FMA latency (one_block_run), measured faster than the
+    wider tiles on Zen 4 alone, with cold caches and inside models. A core that starts two (Zen 5,
+    Intel's server cores) outruns that tile: it loads an operand for every FMA, and its runs keep
+    too few accumulators in flight for two pipes. There the tile is register_tile's, sharing each
+    broadcast between blocks, as on AVX2 (which has no embedded broadcast); tuning picked such
+    tiles for every dense conv of ResNet-50 on Zen 5. With AVX-512's 32 registers many tiles tie
+    on cycles, and the tiles covering a row without a narrower last run were measured faster
+    there (whole_rows): 2 blocks by 7 columns for a 7-wide row, not 4 by 5 and a run of 2."""
+    if one_block_tiles(target, block):
         return 1, one_block_run(ow)
-    return register_tile(target, blocks, block, ow)
+    return register_tile(target, blocks, block, ow, whole_rows=target.vector_bits >= 512)
 
 
 _FMA_LATENCY = 4  # cycles before an FMA's result can feed the next FMA into the same accumulator
@@ -349,7 +367,7 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     # a one-block tile's step is short: unrolled over the input lanes, its loads take constant offsets;
     # but inside a two-column window loop LLVM's strength reduction then keeps a pointer per unrolled
     # load, spilled and reloaded around every FMA (ConvNeXt's 2x2 downsampling convs ran 2.5x slower)
-    one_block = info.target.vector_bits >= 512 and (nb, owt) == (nb0, owt0) == (1, owt0)
+    one_block = one_block_tiles(info.target, extents[4]) and (nb, owt) == (nb0, owt0)
     if sch.decide("unroll_ci", [True, False], one_block and extents[7] != 2):
         sch.unroll(lrci)
     weight = _operands(nest.blk)[1].name

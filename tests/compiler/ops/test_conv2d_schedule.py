@@ -197,9 +197,11 @@ def test_blocked_conv_tiles_go_in_the_order_that_moves_fewer_bytes(conv: dict[st
 
 
 def test_avx512_convs_take_one_block_by_a_run_of_columns() -> None:
-    """On AVX-512 (embedded broadcasts) a dense blocked conv's tile is one channel block by a run of
-    up to eight columns that leaves no latency-bound last run; AVX2 keeps register_tile's tile."""
+    """On AVX-512 cores starting one 512-bit FMA per cycle (embedded broadcasts) a dense blocked
+    conv's tile is one channel block by a run of up to eight columns that leaves no latency-bound
+    last run; AVX2 keeps register_tile's tile, and so do AVX-512 cores starting two FMAs a cycle."""
     avx512, avx2 = parse_target("znver4"), parse_target("haswell")
+    assert avx512.fma_per_cycle == 1 and avx2.fma_per_cycle == 2
     assert one_block_run(56) == 8 and one_block_run(28) == 7 and one_block_run(7) == 7
     assert one_block_run(17) == 6 and one_block_run(147) == 7  # 6 + 6 + 5; 21 runs of 7
     def cycles(ow: int, run: int) -> int:  # a step of c columns: max(c, the FMA latency of 4)
@@ -211,6 +213,31 @@ def test_avx512_convs_take_one_block_by_a_run_of_columns() -> None:
         assert cycles(ow, run) == min(cycles(ow, r) for r in range(1, min(ow, 8) + 1)), (ow, run)
         assert block_register_tile(avx512, 8, 16, ow) == (1, run)
         assert block_register_tile(avx2, 8, 8, ow) == register_tile(avx2, 8, 8, ow)
+    for two_pipes in ("znver5", "sapphirerapids", "skylake-avx512"):
+        target = parse_target(two_pipes)
+        assert target.vector_bits == 512 and target.fma_per_cycle == 2
+        for ow in (7, 14, 17, 28, 56, 112):
+            nb, owt = block_register_tile(target, 8, 16, ow)
+            assert (nb, owt) == register_tile(target, 8, 16, ow, whole_rows=True), (two_pipes, ow)
+            assert nb > 1, (two_pipes, ow, nb, owt)
+    assert block_register_tile(parse_target("znver5"), 32, 16, 7) == (2, 7)  # not 4 x 5 and a run of 2
+
+
+def test_whole_rows_tiles_leave_no_tail_when_one_is_as_fast() -> None:
+    """whole_rows only reorders ties on cycles: a tile without a tail that the bytes-first order
+    picked stays, and a tail remains only where the bytes-first order kept one as well."""
+    target = parse_target("znver5")
+    changed = 0
+    for blocks in (1, 2, 4, 8, 32):
+        for ow in range(1, 120):
+            whole = register_tile(target, blocks, 16, ow, whole_rows=True)
+            plain = register_tile(target, blocks, 16, ow)
+            if ow % plain[1] == 0:
+                assert whole == plain, (blocks, ow, whole, plain)
+            if ow % whole[1]:
+                assert ow % plain[1], (blocks, ow, whole, plain)
+            changed += whole != plain
+    assert changed  # the rows where a tail-free tile ties on cycles
 
 
 @pytest.mark.parametrize(("k", "stride", "unrolled"), [(1, 1, True), (3, 2, True), (2, 2, False)])
@@ -224,3 +251,14 @@ def test_avx512_one_block_tiles_unroll_the_input_lanes_unless_the_window_is_two_
     dec = _Record()
     choose_rule(w, dec)
     assert dec.asked["nb"] == 1 and dec.asked["unroll_ci"] is unrolled, dec.asked
+
+
+def test_two_fma_avx512_cores_share_each_broadcast_between_blocks() -> None:
+    """Zen 5's default tile spans several channel blocks and leaves the input lanes rolled."""
+    model = _conv_model(64, 64, 1, hw=28)
+    options = CompileOptions(target="znver5", disabled_passes=frozenset({"conv_algorithm"}))
+    kernels = frontier_for(model, options, None).kernels
+    (w,) = [g.workload for g in kernels if g.workload.anchor_op == "conv2d_nchwc"]
+    dec = _Record()
+    choose_rule(w, dec)
+    assert dec.asked["nb"] > 1 and dec.asked["unroll_ci"] is False, dec.asked
