@@ -174,7 +174,8 @@ def register_tile(
         acc = cols * per_col
         return max(acc / 2, (per_col + cols) / 2, _FMA_IN_FLIGHT / 2)
 
-    best, best_key = (1, 1), (float("inf"), float("inf"), True, 0)
+    best = (1, 1)
+    best_key: tuple[float, ...] = (float("inf"),)
     for nb in (1, 2, 3, 4):
         if blocks % nb:
             continue
@@ -185,9 +186,8 @@ def register_tile(
             row = (ow // owt) * cycles(owt, per_col) + (cycles(tail, per_col) if tail else 0.0)
             acc = owt * per_col
             traffic = 1 / owt + 1 / per_col
-            bytes_then_tail = (round(traffic, 9), tail > 0)
-            order = bytes_then_tail[::-1] if whole_rows else bytes_then_tail
-            key = (round(row / (ow * per_col), 9), *order, -acc)
+            per_fma, moved = round(row / (ow * per_col), 9), round(traffic, 9)
+            key = (per_fma, tail > 0, moved, -acc) if whole_rows else (per_fma, moved, tail > 0, -acc)
             if key < best_key:
                 best, best_key = (nb, owt), key
     return best

@@ -78,6 +78,12 @@ def store_of(b: Block) -> Store:
     return b.body
 
 
+def _reduced_loops(b: Block) -> set[str]:
+    """Names of the loops a block's reduction iterators are bound to."""
+    pairs = zip(b.iter_vars, b.bindings, strict=True)
+    return {v.name for iv, bnd in pairs if iv.reduce for v in vars_of(bnd)}
+
+
 def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: bool = True) -> str | None:
     """Parallelize the outer spatial loops of `block` and vectorize its innermost spatial loop.
 
@@ -85,10 +91,7 @@ def parallel_vectorize(sch: Schedule, block: str, target: Target, spatial_only: 
     """
     loops = root_loops(sch, block)
     b = block_of(sch, block)
-    reduce_loops: set[str] = set()
-    for iv, bnd in zip(b.iter_vars, b.bindings, strict=True):
-        if iv.reduce:
-            reduce_loops.update(v.name for v in vars_of(bnd))
+    reduce_loops = _reduced_loops(b)
     spatial = [f for f in loops if f.var.name not in reduce_loops]
     if not spatial:
         return None
@@ -203,12 +206,6 @@ def plane_rows(
     return True
 
 
-def _reduced_loops(b: Block) -> set[str]:
-    """Names of the loops a block's reduction iterators are bound to."""
-    pairs = zip(b.iter_vars, b.bindings, strict=True)
-    return {v.name for iv, bnd in pairs if iv.reduce for v in vars_of(bnd)}
-
-
 def vectorize_row(sch: Schedule, block: str, target: Target) -> bool:
     """Vectorize a block's innermost loop when it is a kept (not reduced) axis: in vectors of the
     target's lanes (the last one masked when they do not divide it), or as one shorter vector for
@@ -232,32 +229,10 @@ def vectorize_row(sch: Schedule, block: str, target: Target) -> bool:
     return False
 
 
-def decompose_row_reduction(sch: Schedule, block: str) -> bool:
-    """A reduction whose reduced loops are innermost gets its init before them, so LLVM sees a
-    plain reassociable loop over the row and vectorizes it (with the init inside, every step
-    branches on the first iteration). True when decomposed."""
-    loops = root_loops(sch, block)
-    b = block_of(sch, block)
-    reduced = _reduced_loops(b)
-    names = [f.var.name for f in loops]
-    first = next((i for i, n in enumerate(names) if n in reduced), None)
-    if first is None or not all(n in reduced for n in names[first:]):
-        return False
-    sch.decompose_reduction(block, names[first])
-    return True
-
-
-def row_in_vectors(sch: Schedule, block: str, target: Target) -> bool:
-    """A producer's row as vectors: its kept innermost axis vectorized, else its reduction over the
-    row decomposed for LLVM to vectorize. True when either applied."""
-    return vectorize_row(sch, block, target) or decompose_row_reduction(sch, block)
-
-
 def generic_schedule(sch: Schedule, info: KernelInfo) -> None:
     """Default schedule for kernels without a family-specific one. The producers placed inside the
     output's parallel loop run their rows as vectors (a softmax's exponentials: one call per vector,
-    not per element); their reductions over a row stay innermost, with the init taken out of the
-    row's loop, where LLVM vectorizes them itself."""
+    not per element)."""
     inline_injective(sch, info)
     par = parallel_vectorize(sch, info.output_block, info.target)
     place_producers(sch, info, par)
@@ -267,7 +242,7 @@ def generic_schedule(sch: Schedule, info: KernelInfo) -> None:
             continue
         loops = root_loops(sch, name)
         if par is not None and any(f.var.name == par for f in loops):
-            try_(row_in_vectors, sch, name, info.target)
+            try_(vectorize_row, sch, name, info.target)
             continue
         if loops and loops[0].kind.value == "serial" and not any(f.kind.value == "parallel" for f in loops):
             try_(parallel_vectorize, sch, name, info.target)
