@@ -14,11 +14,15 @@ Attributes: pads (top, left, bottom, right) and tile (m: 2 or 4).
 The transforms' coefficients are small integers and fractions (exact in float32 for the input and
 output transforms), but F(4x4) amplifies rounding more than a direct sum: its results differ from
 a direct convolution by a few float32 ulps of the larger terms, which the graph pass weighs when it
-picks this algorithm (see compiler/graph/passes/conv_algorithm.py).
+picks this algorithm (see compiler/graph/passes/conv_algorithm.py). Both transforms run by columns,
+then rows (B^T d B as B^T (d B)): each value is a short sum of short sums, where one sum over the
+whole tile chains up to 25 roundings, and once a tile's positions are unrolled the column sums are
+shared between positions, so the transforms also take fewer operations.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -217,14 +221,17 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
     def input_transform(nn: Expr, c: Expr, ty: Expr, tx: Expr, e: Expr, nu: Expr, ci: Expr) -> Expr:
         row, col = te.mul(ty, te.idx(m)), te.mul(tx, te.idx(m))
 
-        def at_position(a: int, b: int) -> Expr:
+        @functools.cache  # one expression per column sum, shared by the positions that use it
+        def column_sum(a: int, j: int) -> Expr:
             return _linear_combination(
                 [
-                    (bt[a][k] * bt[b][j], xp[nn, c, te.add(row, te.idx(k)), te.add(col, te.idx(j)), ci])
+                    (bt[a][k], xp[nn, c, te.add(row, te.idx(k)), te.add(col, te.idx(j)), ci])
                     for k in range(alpha)
-                    for j in range(alpha)
                 ]
             )
+
+        def at_position(a: int, b: int) -> Expr:
+            return _linear_combination([(bt[b][j], column_sum(a, j)) for j in range(alpha)])
 
         return _by_position((e, nu), (alpha, alpha), at_position)
 
@@ -243,14 +250,14 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
     def output_transform(nn: Expr, o: Expr, y: Expr, xx: Expr, oc: Expr) -> Expr:
         ty, tx = BinOp("//", y, te.idx(m)), BinOp("//", xx, te.idx(m))
 
-        def at_position(i: int, j: int) -> Expr:
+        @functools.cache
+        def column_sum(i: int, b: int) -> Expr:
             return _linear_combination(
-                [
-                    (at[i][a] * at[j][b], mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc])
-                    for a in range(alpha)
-                    for b in range(alpha)
-                ]
+                [(at[i][a], mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc]) for a in range(alpha)]
             )
+
+        def at_position(i: int, j: int) -> Expr:
+            return _linear_combination([(at[j][b], column_sum(i, b)) for b in range(alpha)])
 
         return _by_position((BinOp("%", y, te.idx(m)), BinOp("%", xx, te.idx(m))), (m, m), at_position)
 

@@ -175,6 +175,48 @@ def test_random_winograd_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no
     _check(model, feeds, tmp_path, opt_level=3)
 
 
+def _conv3x3_truth(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """A padded 3x3 correlation in float64: the exact result the fp32 kernels round."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h, w = x.shape[2:]
+    return sum(  # type: ignore[no-any-return]
+        np.einsum("oc,nchw->nohw", weight[:, :, i, j].astype(np.float64), xp[:, :, i : i + h, j : j + w])
+        for i in range(3)
+        for j in range(3)
+    )
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_winograd_rounds_about_as_a_direct_conv(tile: int, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Winograd's transforms add rounding of their own, which deep networks compound: the compiled
+    F(4x4) conv (forced onto 64 channels) stays within 1.4x of the compiled direct conv's rms error
+    against the float64 result, F(2x2) within the direct conv's. The input is like a ReLU network's
+    activations: non-negative and smooth along rows, so the transforms' sums cancel."""
+    import compiler.graph.passes.conv_algorithm as conv_algorithm
+
+    monkeypatch.setattr(conv_algorithm, "MIN_CHANNELS_TILE4", 1 if tile == 4 else 1 << 30)
+    rng = np.random.default_rng(77)
+    c, size = 64, 16
+    x = np.abs(rng.standard_normal((1, c, size, size)))
+    x += np.abs(np.cumsum(rng.standard_normal((1, c, size, size)), axis=3)) / 4
+    x = x.astype(np.float32)
+    weight = _randn(rng, c, c, 3, 3) / np.float32(np.sqrt(9 * c))
+    model, feeds = single_op("Conv", {"x": x}, {"w": weight}, pads=[1, 1, 1, 1])
+    truth = _conv3x3_truth(x, weight)
+
+    def rms_error(disabled: frozenset[str]) -> float:
+        compiled = compile_model(model.SerializeToString(), CompileOptions(disabled_passes=disabled))
+        winograd = compiled.manifest["conv_algorithms"]["winograd"]
+        assert list(winograd.values()) == ([] if disabled else [f"F({tile}x{tile}, 3x3)"])
+        path = tmp_path / f"{sorted(disabled)}.temper"
+        compiled.save(path)
+        (got,) = compiler.runtime.load(path).run(feeds).values()
+        return float(np.sqrt(np.mean((got.astype(np.float64) - truth) ** 2)))
+
+    winograd, direct = rms_error(frozenset()), rms_error(frozenset({"conv_algorithm"}))
+    assert winograd <= (1.4 if tile == 4 else 1.0) * direct, (winograd, direct)
+
+
 class _Forced:
     """A decider taking the given values and every other decision's default."""
 
