@@ -54,7 +54,7 @@ from compiler.tir.ir import (
     walk_expr,
     walk_stmts,
 )
-from compiler.tir.legality import MAX_UNROLL_EXTENT
+from compiler.tir.legality import MAX_UNROLL_EXTENT, lane_combine
 from compiler.tir.simplify import bounds, simplify, specialize
 
 I1 = ir.IntType(1)
@@ -523,6 +523,8 @@ class KernelEmitter:
 
     def _store(self, ctx: _Ctx, s: Store) -> None:
         b = ctx.builder
+        if ctx.vec is not None and self._lane_reduction(ctx, s):
+            return
         val = self._accumulate(ctx, s) or self._expr(ctx, s.value)
         off = flat_offset(s.buffer, s.indices, ctx.ranges)
         if s.buffer.dtype == "bool":
@@ -557,6 +559,47 @@ class KernelEmitter:
                         b.extract_element(val, ir.Constant(I32, lane)),
                         self._ptr(ctx, s.buffer, self._expr(ctx, lo)),
                     )
+
+    def _lane_reduction(self, ctx: _Ctx, s: Store) -> bool:
+        """`acc[i] = op(acc[i], x)` in a vector loop over the reduced axis (legality allows only
+        that, see lane_combine): the lanes of x combined into one value (masked-off lanes as the
+        op's identity), then into the scalar accumulator. False for any other store."""
+        op = lane_combine(s)
+        assert ctx.vec is not None
+        var, lanes = ctx.vec
+        off = flat_offset(s.buffer, s.indices, ctx.ranges)
+        if op is None or any(x is var for x in walk_expr(off)):
+            return False
+        b = ctx.builder
+        value = s.value
+        assert isinstance(value, BinOp)
+        mem = _MEM_TYPES[s.buffer.dtype]
+        x = self._expr(ctx, value.b)
+        if not isinstance(x.type, ir.VectorType):
+            x = self._splat(b, x, lanes)
+        vt = x.type
+        if ctx.mask is not None:
+            identity = {"+": 0.0, "max": float("-inf"), "min": float("inf")}[op]
+            x = b.select(ctx.mask, x, ir.Constant(vt, [identity] * lanes))
+        code = f"v{lanes}{'f64' if mem == F64 else 'f32'}"
+        with ctx.scalar(unmasked=True):
+            ptr = self._ptr(ctx, s.buffer, self._expr(ctx, off))
+            acc = b.load(ptr, typ=mem)
+            if op == "+":
+                name = f"llvm.vector.reduce.fadd.{code}"
+                fn = self.module.globals.get(name) or ir.Function(
+                    self.module, ir.FunctionType(mem, [mem, vt]), name
+                )
+                r = b.call(fn, [acc, x], fastmath=("reassoc", "contract"))
+            else:
+                name = f"llvm.vector.reduce.f{op}.{code}"
+                fn = self.module.globals.get(name) or ir.Function(
+                    self.module, ir.FunctionType(mem, [vt]), name
+                )
+                lanes_combined = b.call(fn, [x])
+                r = b.call(self._intrinsic(f"{op}num", mem), [acc, lanes_combined])
+            b.store(r, ptr)
+        return True
 
     def _accumulate(self, ctx: _Ctx, s: Store) -> ir.Value | None:
         """`buf[i] = buf[i] + x` (a reduction step): the add may be reassociated, which lets LLVM

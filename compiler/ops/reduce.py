@@ -26,6 +26,7 @@ from compiler.tir.rules import (
     root_loops,
     store_of,
     vars_of,
+    vector_reduction,
 )
 from compiler.tir.trace import Schedule
 
@@ -148,7 +149,8 @@ def reduce_schedule(sch: Schedule, info: KernelInfo) -> None:
       axis): the kept axis becomes the vector, with the reduced loops outside it, so each vector of
       outputs is summed in registers over unit-stride loads.
     - The innermost input axis is reduced (a row sum, NCHW global pool): the reduced loops stay
-      innermost, where LLVM vectorizes the reassociable sum along the contiguous row.
+      innermost, the last one run as vectors whose lanes are combined into the sum
+      (compiler/tir/rules.py, vector_reduction).
     Either way the outer kept axes run in parallel when there is enough input to share, and the
     epilogue (mean's division, fused elementwise ops) runs per parallel iteration."""
     inline_injective(sch, info)
@@ -195,6 +197,8 @@ def reduce_schedule(sch: Schedule, info: KernelInfo) -> None:
     if vector is not None:
         sch.vectorize(vector)
     sch.decompose_reduction(red.name, reduced[0])
+    if vector is None:
+        vector_reduction(sch, red.name, info.target)
     if consumer is not None and outer is not None:
         sch.reverse_compute_at(consumer, outer)
         last = root_loops(sch, consumer)[-1]

@@ -4,8 +4,10 @@ Schedule primitives keep what a kernel computes only if loop annotations respect
 trace is data that may come from anywhere (an imported record, an override), so a scheduled PrimFunc
 is checked as a whole before it is built:
 
-- a parallel or vectorized loop must not run the iterations of a reduction at the same time (temper
-  has no parallel or vector reduction strategy: the partial sums would race);
+- a parallel loop must not run the iterations of a reduction at the same time (the partial sums
+  would race); a vectorized one may, when the block's step combines one value into its accumulator
+  by +, max or min on floats (`lane_combine`) and its init has been hoisted out: code generation
+  combines the vector's lanes into the accumulator (a horizontal sum or max) once per vector;
 - a parallel loop must give its iterations disjoint elements to write: a block under it that writes
   a buffer allocated outside the loop must index it through the loop's variable;
 - unrolling multiplies code: the unrolled loops around any statement may expand it at most
@@ -21,10 +23,12 @@ from __future__ import annotations
 from compiler.errors import ScheduleError
 from compiler.tir.ir import (
     Allocate,
+    BinOp,
     Block,
     Expr,
     For,
     ForKind,
+    Load,
     PrimFunc,
     Stmt,
     Store,
@@ -67,10 +71,45 @@ def _vars(e: Expr) -> set[Var]:
     return {x for x in walk_expr(e) if isinstance(x, Var)}
 
 
+LANE_COMBINE_OPS = ("+", "max", "min")
+
+
+def lane_combine(store: Store) -> str | None:
+    """The op of a reduction step `acc[i] = op(acc[i], x)` over floats whose lanes code generation
+    can combine (+, max, min: associative, their order free within fp32 rounding), else None."""
+    v = store.value
+    if not (
+        isinstance(v, BinOp) and v.op in LANE_COMBINE_OPS and store.buffer.dtype in ("float32", "float64")
+    ):
+        return None
+    acc = v.a
+    if not (isinstance(acc, Load) and acc.buffer is store.buffer and acc.indices == store.indices):
+        return None
+    return v.op
+
+
+def _lane_reduction(block: Block, loop: For) -> bool:
+    """Whether vectorized `loop` may run `block`'s reduction: a lane-combinable step with no init
+    inside (an init would reset the accumulator between lanes), the loop's variable in no index of
+    the accumulator."""
+    store = block.body
+    return (
+        loop.kind is ForKind.VECTORIZED
+        and block.init is None
+        and isinstance(store, Store)
+        and lane_combine(store) is not None
+        and all(
+            loop.var not in _vars(b)
+            for iv, b in zip(block.iter_vars, block.bindings, strict=True)
+            if not iv.reduce
+        )
+    )
+
+
 def _check_no_reduction(func: PrimFunc, loop: For) -> None:
     for block in (b for b in walk_stmts(loop.body) if isinstance(b, Block)):
         for iv, binding in zip(block.iter_vars, block.bindings, strict=True):
-            if iv.reduce and loop.var in _vars(binding):
+            if iv.reduce and loop.var in _vars(binding) and not _lane_reduction(block, loop):
                 raise ScheduleError(
                     f"{loop.kind.value} loop {loop.var.name!r} would run the reduction over "
                     f"{iv.var.name!r} of block {block.name!r} in {func.name} concurrently"

@@ -14,8 +14,8 @@ from typing import TypeVarTuple
 
 from compiler.errors import ScheduleError
 from compiler.target import Target
-from compiler.tir.ir import Block, Expr, For, Store, Var, walk_expr, walk_stmts
-from compiler.tir.legality import check_legal
+from compiler.tir.ir import Block, Expr, For, Load, Store, Var, walk_expr, walk_stmts
+from compiler.tir.legality import check_legal, lane_combine
 from compiler.tir.trace import Schedule
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
@@ -216,7 +216,9 @@ def vectorize_row(sch: Schedule, block: str, target: Target) -> bool:
         return False
     reduced = _reduced_loops(b)
     inner = loops[-1]
-    if inner.var.name in reduced or inner.kind.value != "serial":
+    if inner.var.name in reduced:
+        return vector_reduction(sch, block, target)
+    if inner.kind.value != "serial":
         return False
     lanes = target.lanes(b.body.buffer.dtype)
     if inner.extent >= lanes:
@@ -227,6 +229,46 @@ def vectorize_row(sch: Schedule, block: str, target: Target) -> bool:
         sch.vectorize(inner.var.name)
         return True
     return False
+
+
+VECTORS_PER_STEP = 4  # a vector reduction's step: independent loads and adds before the combine
+
+
+def vector_reduction(sch: Schedule, block: str, target: Target) -> bool:
+    """Vectorize a block's innermost loop when it reduces along a contiguous row (a softmax's max
+    and sum, a LayerNorm's moments): each step loads up to VECTORS_PER_STEP vectors (the last one
+    masked), whose lanes code generation combines into the accumulator at once, where a serial
+    loop waits out one add's latency per element. The init is hoisted out of the reduced loops
+    first (legality: no init between lanes). True when vectorized."""
+    loops = root_loops(sch, block)
+    b = block_of(sch, block)
+    store = b.body
+    if not loops or not isinstance(store, Store) or lane_combine(store) is None:
+        return False
+    inner = loops[-1]
+    reduced = _reduced_loops(b)
+    row = [
+        e
+        for e in walk_expr(store.value)
+        if isinstance(e, Load) and e.buffer is not store.buffer and e.indices
+    ]
+    along = {iv.var for iv, bnd in zip(b.iter_vars, b.bindings, strict=True) if inner.var in vars_of(bnd)}
+    contiguous = any(along & set(vars_of(e.indices[-1])) for e in row)
+    if inner.var.name not in reduced or inner.kind.value != "serial" or not contiguous:
+        return False
+    lanes = target.lanes(store.buffer.dtype)
+    if inner.extent < MIN_SHORT_VECTOR:
+        return False
+    with sch.attempt():  # the init stays inside if the vectors cannot be
+        if b.init is not None:
+            sch.decompose_reduction(block, next(f.var.name for f in loops if f.var.name in reduced))
+        if inner.extent >= lanes:
+            width = lanes * min(VECTORS_PER_STEP, inner.extent // lanes)
+            _, vector = sch.split(inner.var.name, [None, width])
+            sch.vectorize(vector)
+        else:
+            sch.vectorize(inner.var.name)
+    return True
 
 
 def generic_schedule(sch: Schedule, info: KernelInfo) -> None:
@@ -246,3 +288,4 @@ def generic_schedule(sch: Schedule, info: KernelInfo) -> None:
             continue
         if loops and loops[0].kind.value == "serial" and not any(f.kind.value == "parallel" for f in loops):
             try_(parallel_vectorize, sch, name, info.target)
+        try_(vector_reduction, sch, name, info.target)

@@ -557,6 +557,36 @@ def test_random_softmax_and_reductions(seed: int, tmp_path) -> None:  # type: ig
     _check(model, feeds, tmp_path, opt_level=3)
 
 
+@pytest.mark.parametrize("seed", range(7))
+def test_random_long_row_reductions(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Reductions along rows long enough to run as vectors (several per step, the last one masked
+    when the lanes do not divide the row): the lanes combined into each row's max, sum or moments
+    must match onnxruntime, also with large values of either sign (softmax's max subtraction)."""
+    rng = np.random.default_rng(900 + seed)
+    kind = [
+        "Softmax",
+        "LogSoftmax",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceMean",
+        "LayerNormalization",
+    ][seed]
+    rows, length = int(rng.integers(1, 40)), int(rng.integers(9, 400))
+    x = _randn(rng, 2, rows, length) * np.float32(rng.choice([1.0, 30.0]))
+    if kind in ("Softmax", "LogSoftmax"):
+        model, feeds = single_op(kind, {"x": x}, axis=-1)
+    elif kind == "LayerNormalization":
+        scale, bias = _randn(rng, length), _randn(rng, length)
+        model, feeds = single_op(kind, {"x": x}, {"scale": scale, "bias": bias}, axis=-1, epsilon=1e-5)
+    else:
+        axes = np.array([2], np.int64)
+        model, feeds = single_op(kind, {"x": x}, {"axes": axes}, keepdims=int(seed % 2), opset=18)
+    scheduled = inspect_model(model.SerializeToString(), "scheduled")
+    assert re.search(r"_r\w* in vectorized", scheduled), scheduled  # the reduced loop runs as vectors
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_broadcasting_chain(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Broadcast shapes through a fused elementwise chain (Add -> Mul -> Relu)."""

@@ -10,7 +10,20 @@ import numpy as np
 import pytest
 
 from compiler.errors import ScheduleError
-from compiler.tir.ir import Block, Buffer, Expr, For, ForKind, IntImm, IterVar, Load, PrimFunc, Store, Var
+from compiler.tir.ir import (
+    BinOp,
+    Block,
+    Buffer,
+    Expr,
+    For,
+    ForKind,
+    IntImm,
+    IterVar,
+    Load,
+    PrimFunc,
+    Store,
+    Var,
+)
 from compiler.tir.legality import MAX_UNROLL_PRODUCT, check_legal
 from compiler.tir.trace import Schedule, Trace, replay
 from tests.compiler.tir.kernels import matmul_relu, run_func
@@ -26,10 +39,53 @@ def test_a_parallel_reduction_loop_is_refused() -> None:
         replay(matmul_relu(8, 8, 8), trace)
 
 
-def test_a_vectorized_reduction_loop_is_refused() -> None:
+def test_a_vectorized_reduction_loop_with_its_init_inside_is_refused() -> None:
     trace = _trace({"prim": "vectorize", "loop": "C_k"})
     with pytest.raises(ScheduleError, match="reduction"):
         replay(matmul_relu(8, 8, 8), trace)
+
+
+def test_a_vectorized_sum_with_its_init_hoisted_combines_its_lanes() -> None:
+    """The reduced loop split into vectors, the last one partly masked: each vector's lanes are
+    summed into the accumulator."""
+    sch = Schedule(matmul_relu(5, 6, 19))
+    sch.decompose_reduction("C", "C_k")
+    _, lanes = sch.split("C_k", [None, 8])
+    sch.vectorize(lanes)
+    check_legal(sch.func)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 19)).astype(np.float32), rng.standard_normal((19, 6)).astype(np.float32)
+    out = np.zeros((5, 6), np.float32)
+    run_func(sch.func, a, b, out)
+    np.testing.assert_allclose(out, np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+
+
+def _row_reduction(op: str) -> PrimFunc:
+    """for r in 0..13 (vectorized): out[0] = op(out[0], a[r]), no init (the caller sets out)."""
+    a, out = Buffer("a", (13,)), Buffer("out", (1,))
+    r, vr = Var("r"), Var("vr")
+    step = Store(out, (IntImm(0),), BinOp(op, Load(out, (IntImm(0),)), Load(a, (vr,))))
+    block = Block("reduce", (IterVar(vr, 13, reduce=True),), (r,), step)
+    return PrimFunc("reduce", (a, out), For(r, 13, ForKind.VECTORIZED, block))
+
+
+@pytest.mark.parametrize(
+    ("op", "start", "want"), [("+", 1.0, np.sum), ("max", -5.0, np.max), ("min", 5.0, np.min)]
+)
+def test_vectorized_row_reductions_by_associative_ops_run(op: str, start: float, want: Any) -> None:
+    func = _row_reduction(op)
+    check_legal(func)
+    a = np.random.default_rng(1).standard_normal(13).astype(np.float32) * 3
+    out = np.array([start], np.float32)
+    run_func(func, a, out)
+    expected = start + want(a) if op == "+" else want([start, want(a)])
+    np.testing.assert_allclose(out[0], expected, rtol=1e-5)
+
+
+def test_a_vectorized_product_reduction_is_refused() -> None:
+    """Only +, max and min combine lanes; a product's lanes would race like any other reduction."""
+    with pytest.raises(ScheduleError, match="reduction"):
+        check_legal(_row_reduction("*"))
 
 
 def test_a_reduction_fused_into_a_parallel_loop_is_refused() -> None:
