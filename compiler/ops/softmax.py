@@ -79,9 +79,11 @@ def _softmax_compute(log: bool) -> Callable[..., te.Tensor]:
                 tag="elemwise",
                 dtype=out.dtype,
             )
+        # one reciprocal per row (hoisted out of the row's loop), then a multiply per element: a
+        # vector division costs several multiplies' throughput
         return te.compute(
             x.shape,
-            lambda *ix: te.div(ex[ix], sm[along(ix, IntImm(0))]),
+            lambda *ix: te.mul(ex[ix], te.div(te.f32(1.0), sm[along(ix, IntImm(0))])),
             name,
             tag="elemwise",
             dtype=out.dtype,
