@@ -602,8 +602,9 @@ class KernelEmitter:
         return True
 
     def _accumulate(self, ctx: _Ctx, s: Store) -> ir.Value | None:
-        """`buf[i] = buf[i] + x` (a reduction step): the add may be reassociated, which lets LLVM
-        keep the running sum in registers and vectorize reductions along the reduced axis."""
+        """`buf[i] = buf[i] + x` (a reduction step): the add may be reassociated and contracted (an
+        FMA with the product that feeds it). Sums along a row run as vectors by the schedule's
+        choice (_lane_reduction), not LLVM's: its loop vectorizer is off (library.py)."""
         v = s.value
         if not (
             isinstance(v, BinOp)
