@@ -587,16 +587,10 @@ class KernelEmitter:
             acc = b.load(ptr, typ=mem)
             if op == "+":
                 name = f"llvm.vector.reduce.fadd.{code}"
-                fn = self.module.globals.get(name) or ir.Function(
-                    self.module, ir.FunctionType(mem, [mem, vt]), name
-                )
-                r = b.call(fn, [acc, x], fastmath=("reassoc", "contract"))
+                r = b.call(self._extern(name, mem, [mem, vt]), [acc, x], fastmath=("reassoc", "contract"))
             else:
                 name = f"llvm.vector.reduce.f{op}.{code}"
-                fn = self.module.globals.get(name) or ir.Function(
-                    self.module, ir.FunctionType(mem, [vt]), name
-                )
-                lanes_combined = b.call(fn, [x])
+                lanes_combined = b.call(self._extern(name, mem, [vt]), [x])
                 r = b.call(self._intrinsic(f"{op}num", mem), [acc, lanes_combined])
             b.store(r, ptr)
         return True
