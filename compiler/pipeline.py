@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import onnx
 
 from compiler.codegen.library import CodeLibrary, link_shared
+from compiler.collector import collector_paused
 from compiler.errors import CompilerError, OverrideError, UnknownNodeError
 from compiler.frontend.onnx import ImportedModel, import_model
 from compiler.graph.ir import Call, Const, Graph
@@ -511,8 +512,15 @@ def compile_model(
     model: ModelInput, options: CompileOptions | None = None, schedules: ScheduleSource | None = None
 ) -> CompiledModel:
     """Every stage of PIPELINE, then the artifact's parts: the library linked with the runtime, the
-    execution plan with the packed constants, the manifest."""
-    options = options or CompileOptions()
+    execution plan with the packed constants, the manifest. The cyclic garbage collector is paused
+    meanwhile (compiler/collector.py)."""
+    with collector_paused():
+        return _compile_model(model, options or CompileOptions(), schedules)
+
+
+def _compile_model(
+    model: ModelInput, options: CompileOptions, schedules: ScheduleSource | None
+) -> CompiledModel:
     t0 = time.perf_counter()
     b = run_stages(Build.start(model, options, schedules))
     fr, kernels = b.need_frontier(), b.kernels
