@@ -298,12 +298,13 @@ def build_candidate(w: Workload, trace: Trace | None, target: Target) -> Candida
     Raises ScheduleError when the trace does not apply and CodegenError when LLVM or the linker fail.
     """
     from compiler.codegen.library import CodeLibrary
+    from compiler.codegen.stream import stream_param
 
     sch = replay(w.func, trace, w.const_params) if trace is not None else default_schedule(w)[0]
     flat = flatten(sch.func)
     lib = CodeLibrary(target, name=w.func.name)
     symbol = _sym(w.func.name)
-    lib.add_kernel(flat, symbol)
+    lib.add_kernel(flat, symbol, stream_param(flat, w.const_params, w.flops))
     return Candidate(
         lib.shared_library(),
         symbol,

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import onnx
 
 from compiler.codegen.library import CodeLibrary, link_shared
+from compiler.codegen.stream import stream_param, stream_report
 from compiler.collector import collector_paused
 from compiler.errors import CompilerError, OverrideError, UnknownNodeError
 from compiler.frontend.onnx import ImportedModel, import_model
@@ -275,7 +276,7 @@ def _emit_llvm(b: Build) -> None:
         if k.same_as is not None:
             lib.add_alias(k.symbol, k.same_as)
         else:
-            lib.add_kernel(k.flat, k.symbol)
+            lib.add_kernel(k.flat, k.symbol, stream_param(k.flat, k.workload.const_params, k.workload.flops))
     lib.finalize()
 
 
@@ -571,6 +572,7 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
                 "workload_key": k.workload.key,
                 "flops": k.workload.flops,
                 "nodes": list(k.workload.nodes),
+                "prefetch": stream_report(k.flat, k.workload.const_params, k.workload.flops),
                 "schedule": {
                     **k.provenance,
                     "trace_sha256": hashlib.sha256(k.trace.dumps().encode()).hexdigest(),

@@ -82,10 +82,12 @@ class CodeLibrary:
         self._final: llvm.ModuleRef | None = None
         self.symbols: list[str] = []
 
-    def add_kernel(self, func: PrimFunc, symbol: str) -> None:
+    def add_kernel(self, func: PrimFunc, symbol: str, stream: str | None = None) -> None:
+        """Add kernel `func` as `symbol`; `stream` names the constant parameter it prefetches ahead of
+        its reads (compiler/codegen/stream.py, `stream_param`), if any."""
         if self._final is not None:
             raise CodegenError("library is finalized; cannot add kernels")
-        emit_kernel(self.module, func, symbol)
+        emit_kernel(self.module, func, symbol, stream)
         self.symbols.append(symbol)
 
     def add_alias(self, symbol: str, of: str) -> None:

@@ -6,11 +6,14 @@ loads/stores, invariant ones scalars that are broadcast, others per-lane; compil
 tells which is which), parallel -> the body outlined into a function of a range of iterations,
 which temper's parallel runtime (parallel.c, linked into every library) runs on every core, threads
 claiming chunks of the range until none is left. Kernels have the C ABI `int32_t name(void **args)`.
+A kernel given a constant to stream prefetches it ahead of its reads from one of its loops
+(compiler/codegen/stream.py, `_stream_step`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -28,6 +31,14 @@ from compiler.codegen.access import (
     store_access,
 )
 from compiler.codegen.mathfns import emit_erf, emit_exp, emit_log, emit_pow, emit_sigmoid, emit_tanh
+from compiler.codegen.stream import (
+    LINE_BYTES,
+    PREFETCH_LOCALITY,
+    STREAM_LEAD_BYTES,
+    buffer_bytes,
+    stream_loop,
+    stream_stride,
+)
 from compiler.errors import CodegenError
 from compiler.runtime.errors import OUT_OF_MEMORY
 from compiler.tir.flatten import free_vars
@@ -106,6 +117,9 @@ class _Ctx:
     ranges: dict[Var, int] = field(default_factory=dict)
     vec: tuple[Var, int] | None = None
     mask: ir.Value | None = None  # active lanes inside a predicated vectorized loop
+    # the loops around the point of emission from the nearest parallel loop (or the kernel's top)
+    # down, outermost first: (index, extent), which number the weight-streaming steps
+    loops: list[tuple[ir.Value, int]] = field(default_factory=list)
 
     @contextlib.contextmanager
     def scalar(self, *, unmasked: bool = False) -> Iterator[None]:
@@ -122,12 +136,16 @@ class _Ctx:
 
 
 class KernelEmitter:
-    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str) -> None:
+    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, stream: str | None = None) -> None:
         self.module = module
         self.func = func
         self.symbol = symbol
         self._outlined = 0
         self._load_accesses: dict[tuple[Load, Var | None], Access] = {}
+        # the constant parameter prefetched ahead of its reads, and the loop taking the steps
+        # (compiler/codegen/stream.py)
+        self._stream = next((p for p in func.params if p.name == stream), None)
+        self._stream_at = stream_loop(func.body) if self._stream is not None else None
 
     # ------------------------------------------------------------------ entry points
     def emit(self) -> ir.Function:
@@ -698,8 +716,13 @@ class KernelEmitter:
         self._stmt(ctx, s.body)
         ctx.builder.call(free, [p, size])
 
-    def _counted_loop(self, ctx: _Ctx, var: Var, start: ir.Value, end: ir.Value, body: Stmt) -> None:
+    def _counted_loop(
+        self, ctx: _Ctx, var: Var, start: ir.Value, end: ir.Value, body: Stmt, extent: int
+    ) -> None:
+        """for var in [start, end): body; `extent`, the loop's whole extent (a parallel loop's
+        chunk runs part of it), numbers the streaming steps."""
         b = ctx.builder
+        stream = self._stream_start(ctx, extent) if var is self._stream_at and ctx.vec is None else None
         pre = b.block
         head = ctx.fn.append_basic_block(f"{var.name}.head")
         loop = ctx.fn.append_basic_block(f"{var.name}.body")
@@ -711,7 +734,11 @@ class KernelEmitter:
         b.cbranch(b.icmp_signed("<", phi, end), loop, done)
         b.position_at_end(loop)
         ctx.vars[var] = phi
+        ctx.loops.append((phi, extent))
+        if stream is not None:
+            self._stream_step(ctx, stream, phi, extent)
         self._stmt(ctx, body)
+        ctx.loops.pop()
         nxt = b.add(phi, ir.Constant(I64, 1))
         phi.add_incoming(nxt, b.block)
         b.branch(head)
@@ -732,9 +759,61 @@ class KernelEmitter:
         elif s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and s.extent <= MAX_UNROLL_EXTENT:
             for i in range(s.extent):
                 ctx.vars[s.var] = ir.Constant(I64, i)
+                ctx.loops.append((ctx.vars[s.var], s.extent))
                 self._stmt(ctx, specialize(s.body, s.var, i, ctx.ranges) if ctx.vec is not None else s.body)
+                ctx.loops.pop()
         else:
-            self._counted_loop(ctx, s.var, ir.Constant(I64, 0), ir.Constant(I64, s.extent), s.body)
+            self._counted_loop(ctx, s.var, ir.Constant(I64, 0), ir.Constant(I64, s.extent), s.body, s.extent)
+
+    def _stream_steps(self, ctx: _Ctx, extent: int) -> int:
+        """S: the steps of weight streaming, the iterations of the step's loop (of `extent`) and of
+        the loops around it from the nearest parallel loop (or the kernel's top) down."""
+        return math.prod(e for _, e in ctx.loops) * extent
+
+    def _stream_start(self, ctx: _Ctx, extent: int) -> ir.Value | None:
+        """Before the step's loop: the address of its first step's first line. Of step number
+        s = o * extent + r (o: the enclosing loops' indices, linearized), the step's loop adds the
+        r part itself (`_stream_step`): only this one address crosses into the loop, where the
+        enclosing loops' indices, kept live in it, made LLVM spill a full register tile."""
+        buf = self._stream
+        assert buf is not None
+        base = ctx.bufs.get(buf)
+        if base is None:  # not captured by this parallel loop: it does not read the weight
+            return None
+        b = ctx.builder
+        outer: ir.Value = ir.Constant(I64, 0)
+        for value, e in ctx.loops:
+            outer = b.add(b.mul(outer, ir.Constant(I64, e)), value)
+        lines, steps = buffer_bytes(buf) // LINE_BYTES, self._stream_steps(ctx, extent)
+        line = b.udiv(b.mul(outer, ir.Constant(I64, extent * lines)), ir.Constant(I64, steps))
+        line = b.add(line, ir.Constant(I64, STREAM_LEAD_BYTES // LINE_BYTES))
+        # kept in a stack slot, read by each step (an atomic load: LLVM leaves the slot in memory), so
+        # that no register is taken from the loop: kernels whose register tile fills the registers
+        # spilled it when the address stayed in one
+        slot = ctx.entry.alloca(PTR, name="stream.start")
+        b.store(b.gep(base, [b.mul(line, ir.Constant(I64, LINE_BYTES))], source_etype=I8), slot)
+        return slot
+
+    def _stream_step(self, ctx: _Ctx, start: ir.Value, r: ir.Value, extent: int) -> None:
+        """One step of weight streaming (compiler/codegen/stream.py), number s = o * extent + r of
+        S: of the streamed weight's L lines it prefetches `per_step` from about line s*L/S on,
+        STREAM_LEAD_BYTES ahead (`start` holds the address of line o*extent*L/S, ahead; the last
+        steps reach past the weight's end: see compiler/codegen/stream.py). Straight-line code with
+        constants the instructions carry (a loop of prefetches, or a division by S, inside the
+        register tile's reduction made LLVM spill the accumulators)."""
+        assert self._stream is not None
+        b = ctx.builder
+        per_step, scale, shift = stream_stride(
+            buffer_bytes(self._stream) // LINE_BYTES, self._stream_steps(ctx, 1)
+        )
+        line = b.lshr(b.mul(r, ir.Constant(I64, scale)), ir.Constant(I64, shift))
+        at = b.load_atomic(start, "monotonic", 8, typ=PTR)
+        first = b.gep(at, [b.mul(line, ir.Constant(I64, LINE_BYTES))], source_etype=I8)
+        fetch = self._extern("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
+        # read, locality, data cache
+        hints = [ir.Constant(I32, 0), ir.Constant(I32, PREFETCH_LOCALITY), ir.Constant(I32, 1)]
+        for k in range(per_step):
+            b.call(fetch, [b.gep(first, [ir.Constant(I64, LINE_BYTES * k)], source_etype=I8), *hints])
 
     def _parallel(self, ctx: _Ctx, s: For) -> None:
         if ctx.vec is not None:
@@ -776,14 +855,14 @@ class KernelEmitter:
         eb.call(loop_fn, [*values, body_fn.args[1], body_fn.args[2]])
         eb.ret_void()
         inner = self._new_ctx(loop_fn)
-        inner.ranges = dict(ctx.ranges)
+        inner.ranges = dict(ctx.ranges)  # (inner.loops starts empty: the outer indices are not captured)
         for v, arg in zip(fvars, loop_fn.args, strict=False):
             inner.vars[v] = arg
         for buf, arg in zip(captured_bufs, loop_fn.args[len(fvars) : -2], strict=True):
             arg.add_attribute("noalias")
             inner.bufs[buf] = arg
         start, end = loop_fn.args[-2:]
-        self._counted_loop(inner, s.var, start, end, s.body)
+        self._counted_loop(inner, s.var, start, end, s.body, s.extent)
         inner.builder.ret_void()
         inner.entry.branch(loop_fn.blocks[1])
         run = self._extern(PARALLEL_FOR, VOID, [PTR, PTR, I64])
@@ -815,8 +894,10 @@ def _buffers_used(s: Stmt) -> list[Buffer]:
     return list(seen)
 
 
-def emit_kernel(module: ir.Module, func: PrimFunc, symbol: str) -> ir.Function:
-    return KernelEmitter(module, func, symbol).emit()
+def emit_kernel(module: ir.Module, func: PrimFunc, symbol: str, stream: str | None = None) -> ir.Function:
+    """The kernel `func` as the C-ABI function `symbol`; `stream` names the constant parameter it
+    prefetches ahead of its reads (compiler/codegen/stream.py), if any."""
+    return KernelEmitter(module, func, symbol, stream).emit()
 
 
 def emit_alias(module: ir.Module, symbol: str, of: str) -> ir.Function:

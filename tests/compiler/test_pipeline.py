@@ -185,3 +185,18 @@ def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
     only_one.traces = {alt.twin.key: default_schedule(alt.twin)[0].trace}
     kept = compile_model(data, CompileOptions(), only_one).manifest
     assert kept["conv_algorithms"]["winograd"] and kept["passes"].count("fuse_ops") == 1
+
+
+def test_kernels_prefetch_their_weights_ahead() -> None:
+    """Weight streaming (compiler/codegen/stream.py): a kernel with a large constant and a loop
+    doing a register tile's work per iteration prefetches the constant ahead of its reads."""
+    from tests.models.builders import mlp
+
+    text = inspect_model(mlp().SerializeToString(), "llvm", CompileOptions())
+    assert "call void @llvm.prefetch" in text
+    # the manifest says which constant each kernel streams, and from which loop
+    kernels = compile_model(mlp().SerializeToString(), CompileOptions()).manifest["kernels"]
+    streamed = [k["prefetch"] for k in kernels if k["prefetch"] is not None]
+    assert streamed and all(
+        p["weight"].startswith("p") and p["loop"] and p["lead_bytes"] > 0 for p in streamed
+    )
