@@ -12,15 +12,15 @@ So the code generator has the kernel fetch its own weights ahead (compiler/codeg
 `_stream_step`): one loop of the kernel (`stream_loop`) takes the steps; the indices of the loops
 around a step, linearized from the parallel loop down, number it s of S, and step s prefetches the
 lines from about s * L / S on (`stream_stride`: the steps together cover the weight's L lines),
-shifted STREAM_LEAD_BYTES ahead. The
-kernels read their weights in about that order (slice after slice, in the order of the parallel
-loop), so the prefetches run ahead of the reads by about the lead, spread evenly over the kernel's
-arithmetic. The last steps reach past the weight's end by the lead: an artifact lays its constants
-out in the order of the calls that read them (compiler/planner.py), so those lines are the next
-kernels' first weights, which the next kernel would otherwise wait for first; a kernel whose weights
-are smaller than the lead streams only those. A prefetch never faults and never changes a result:
-where a kernel reads its weights in another order, or a line lies outside any constant, the steps
-only fetch lines early, twice or for nothing.
+shifted STREAM_LEAD_BYTES ahead. The kernels read their weights in about that order (slice after
+slice, in the order of the parallel loop), so the prefetches run ahead of the reads by about the
+lead, spread evenly over the kernel's arithmetic. The last steps reach past the weight's end by the
+lead: an artifact lays its constants out in the order of the calls that read them
+(compiler/planner.py), so those lines are the next kernels' first weights, which the next kernel
+would otherwise wait for first (a kernel whose weights are smaller than the lead prefetches only
+those). A prefetch never faults and never changes a result: where a kernel reads its weights in
+another order, or a line lies outside any constant, the steps only fetch lines early, twice or for
+nothing.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _parallel_extent(s: Stmt, loop: Var, outer: int = 1) -> int:
 
 
 def buffer_bytes(buf: Buffer) -> int:
-    return int(np.prod(buf.shape, dtype=np.int64)) * np.dtype(buf.dtype).itemsize
+    return buf.size * np.dtype(buf.dtype).itemsize
 
 
 def work(s: Stmt) -> int:
@@ -134,10 +134,7 @@ def stream_loop(body: Stmt) -> Var | None:
         elif isinstance(s, For) and s.kind is not ForKind.VECTORIZED:
             n = trips * s.extent
             per = work(s.body)
-            import os
-
-            mx = int(os.environ.get("STREAM_MAX", "0"))
-            if _is_loop(s) and per >= STREAM_MIN_WORK and (not mx or per <= mx):
+            if _is_loop(s) and per >= STREAM_MIN_WORK:
                 found.append((n * per, n, s.var))
             visit(s.body, n)
 
@@ -146,10 +143,6 @@ def stream_loop(body: Stmt) -> Var | None:
         return None
     heaviest = max(w for w, _, _ in found)
     candidates = [(n, -i, v) for i, (w, n, v) in enumerate(found) if w >= STREAM_SHARE * heaviest]
-    import os
-
-    if os.environ.get("STREAM_MAX"):
-        return min(candidates, key=lambda c: (c[0], c[1]))[2]
     return max(candidates, key=lambda c: (c[0], c[1]))[2]
 
 
