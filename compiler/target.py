@@ -71,6 +71,9 @@ _NAMED_FEATURES = {
 # AVX-512 CPUs whose cores start one 512-bit FMA per cycle: Zen 4 runs each as two 256-bit halves and
 # Intel's client cores fuse their two 256-bit FMA ports into one; Zen 5 and Intel's server cores start two
 _ONE_FMA_512 = frozenset({"znver4", "cannonlake", "icelake-client", "tigerlake", "rocketlake"})
+# features only Intel's server cores have: a hypervisor may report such a core by a client model
+# number (LLVM then names it, say, rocketlake), but its features still tell it is a server core
+_SERVER_CORE_FEATURES = ("+amx-tile", "+avx512fp16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,10 @@ class Target:
     @property
     def fma_per_cycle(self) -> int:
         """Full-width vector FMAs a core starts per cycle: how many a register tile keeps busy."""
-        return 1 if self.vector_bits >= 512 and self.cpu in _ONE_FMA_512 else 2
+        if self.vector_bits < 512 or self.cpu not in _ONE_FMA_512:
+            return 2
+        features = self.features.split(",")
+        return 2 if any(f in features for f in _SERVER_CORE_FEATURES) else 1
 
     @property
     def required_features(self) -> list[str]:

@@ -33,3 +33,20 @@ def test_keys_are_described_and_unknown_names_refused() -> None:
     for bad in ("pentium9", "host2", ""):
         with pytest.raises(CompilerError, match="unknown target"):
             target_key(bad) if bad else parse_target("  ")
+
+
+def test_fma_pipes_follow_the_features_when_the_cpu_name_is_a_client_cores() -> None:
+    """A hypervisor may give a server core a client model number (LLVM then names it rocketlake):
+    its server-only features (AMX, AVX512-FP16) still give it two 512-bit FMA pipes; a client core
+    with neither keeps one, and a named CPU its table entry."""
+    from compiler.target import Target
+
+    def target(cpu: str, features: str) -> Target:
+        return Target("x86_64-unknown-linux-gnu", cpu, features, 512, 2)
+
+    client = "+avx2,+avx512f,+avx512bw,+avx512dq,+avx512vl,+fma"
+    assert target("rocketlake", client).fma_per_cycle == 1
+    assert target("rocketlake", client + ",+amx-tile,+amx-bf16").fma_per_cycle == 2
+    assert target("tigerlake", client + ",+avx512fp16").fma_per_cycle == 2
+    assert target("rocketlake", client + ",-amx-tile,-avx512fp16").fma_per_cycle == 1
+    assert target("znver4", "").fma_per_cycle == 1 and target("znver5", "").fma_per_cycle == 2
