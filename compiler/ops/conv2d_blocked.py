@@ -33,7 +33,7 @@ from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Block, Buffer, Expr, Layout, Load, walk_expr
+from compiler.tir.ir import BinOp, Block, Buffer, Expr, IntImm, IterVar, Layout, Load, substitute, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -43,6 +43,7 @@ from compiler.tir.rules import (
     root_loops,
     store_of,
 )
+from compiler.tir.simplify import simplify
 from compiler.tir.trace import Schedule
 
 
@@ -274,16 +275,56 @@ def _operands(blk: Block) -> tuple[Buffer, Buffer]:
     return next(x.buffer for x in loads if x.buffer is not weight), weight
 
 
+_LINE_BYTES = 64  # a cache line: what a read from beyond the private caches moves
+
+
+def _touched(index: Expr, out: IterVar, tap: IterVar, item_bytes: int = 0) -> int | None:
+    """How many distinct values an input index `out * stride + tap * dilation + base` takes over its
+    output and kernel ranges (with `item_bytes`, the distinct cache lines of items of that size); None
+    when the index is not that affine form."""
+
+    def at(o: int, t: int) -> int | None:
+        value = simplify(substitute(index, {out.var: IntImm(o), tap.var: IntImm(t)}))
+        return value.value if isinstance(value, IntImm) else None
+
+    base, step, dilation = at(0, 0), at(1, 0), at(0, 1)
+    if base is None or step is None or dilation is None:
+        return None
+    places = {
+        base + (step - base) * o + (dilation - base) * t for o in range(out.extent) for t in range(tap.extent)
+    }
+    return len({p * item_bytes // _LINE_BYTES for p in places}) if item_bytes else len(places)
+
+
+def input_footprint(blk: Block) -> int:
+    """Bytes of one image of a dense conv's input that its windows read, in whole cache lines: a
+    strided conv with a kernel narrower than its stride skips rows and pixels (a 1x1 stride-2
+    downsampling conv reads a quarter of its input); the whole image where the indices say nothing."""
+    data, _ = _operands(blk)
+    itemsize = np.dtype(data.dtype).itemsize
+    whole = data.size * itemsize // max(1, data.shape[0])  # one image: n is outermost
+    load = next(x for x in walk_expr(store_of(blk).value) if isinstance(x, Load) and x.buffer is data)
+    if len(load.indices) != 5 or len(blk.iter_vars) != 9:
+        return whole
+    _, _, oh, ow, _, _, ry, rx, _ = blk.iter_vars
+    rows = _touched(load.indices[2], oh, ry)
+    lines = _touched(load.indices[3], ow, rx, data.shape[4] * itemsize)
+    if rows is None or lines is None:
+        return whole
+    return min(whole, data.shape[1] * rows * lines * _LINE_BYTES)
+
+
 def tile_order(blk: Block, groups: int, threads: int) -> str:
     """The register tiles' order that moves fewer bytes from beyond the private caches.
 
     "oc_oh_ow" sweeps the whole input once per group of output channel blocks (a thread takes a
     share of the groups) and reads each weight once; "oh_oc_ow" reads each input row once and all
-    the weights per output row (a thread takes a share of the rows). An operand that fits L2_BYTES
-    is read from memory once per thread, whatever the order; a larger one once per sweep. Ties (one
-    group, or both operands small) go to "oc_oh_ow"."""
-    data, weight = _operands(blk)
-    x_bytes = data.size * np.dtype(data.dtype).itemsize // max(1, data.shape[0])  # one image: n is outermost
+    the weights per output row (a thread takes a share of the rows). The input counts the lines
+    its windows read (input_footprint). An operand that fits L2_BYTES is read from memory once per
+    thread, whatever the order; a larger one once per sweep. Ties (one group, or both operands
+    small) go to "oc_oh_ow"."""
+    _, weight = _operands(blk)
+    x_bytes = input_footprint(blk)
     w_bytes = weight.size * np.dtype(weight.dtype).itemsize
     rows = blk.iter_vars[2].extent
     by_groups = w_bytes + x_bytes * (groups if x_bytes > L2_BYTES else min(groups, threads))
