@@ -29,6 +29,12 @@ MIN_SIZE_TILE4 = 8
 # largest, those with long sums over channels
 MIN_CHANNELS_TILE4 = 128
 MIN_OUTPUT = 4
+# multiply-adds (as FLOPs) Winograd must save per byte its transformed weights add: the weights of
+# F(m x m) are (m+2)^2 / 9 times the direct conv's, read once per run of the model, mostly from DRAM
+# in a deep network. A conv with few output tiles (a small plane) saves little per weight byte, and
+# the bytes cost more than the arithmetic saved. The bar sits at about the FLOPs a 2-core x86 machine
+# does in the time it streams one byte from DRAM, with some margin.
+MIN_FLOPS_SAVED_PER_BYTE = 16
 MEASURED_FASTER = "tuning measured its direct kernel faster than its Winograd kernel"
 
 
@@ -56,7 +62,23 @@ def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | N
         return f"its output ({oh}x{ow}) is smaller than {MIN_OUTPUT}x{MIN_OUTPUT}"
     if call.name in keep_direct:
         return MEASURED_FASTER
+    m = tile_for(call)
+    saved = flops_saved_per_byte(icb * ib, ocb * ob, oh, ow, m)
+    if saved < MIN_FLOPS_SAVED_PER_BYTE:
+        return (
+            f"F({m}x{m}) would save {saved:.1f} FLOPs per byte its transformed weights add, under "
+            f"{MIN_FLOPS_SAVED_PER_BYTE} (a {oh}x{ow} output has too few tiles to pay for reading them)"
+        )
     return None
+
+
+def flops_saved_per_byte(c: int, oc: int, oh: int, ow: int, m: int) -> float:
+    """FLOPs F(m x m, 3 x 3) saves over the direct conv, per byte of float32 weights it adds."""
+    tiles = -(-oh // m) * -(-ow // m)
+    direct = 2 * oc * c * KERNEL * KERNEL * oh * ow
+    products = 2 * oc * c * (m + 2) ** 2 * tiles
+    extra = 4 * oc * c * ((m + 2) ** 2 - KERNEL * KERNEL)
+    return (direct - products) / extra
 
 
 def tile_for(call: Call) -> int:

@@ -82,8 +82,9 @@ def test_3x3_stride1_convs_with_enough_channels_become_winograd() -> None:
     assert report == {"winograd": {"c1": "F(4x4, 3x3)", "c2": "F(4x4, 3x3)"}, "direct": {}}
 
 
-@pytest.mark.parametrize(("channels", "size"), [(128, 6), (64, 16)])
-def test_small_outputs_and_short_channel_sums_take_2x2_tiles(channels: int, size: int) -> None:
+@pytest.mark.parametrize(("channels", "size"), [(64, 8), (64, 16)])
+def test_short_channel_sums_take_2x2_tiles(channels: int, size: int) -> None:
+    """(Outputs under 8x8, which would take 2x2 tiles too, stay direct: see the weight-bytes rule.)"""
     x = var("x", 1, channels, size, size)
     out = choose_conv_algorithm(blocked(conv(x, 32, name="c"), inputs=[x]))
     (c,) = [c for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
@@ -132,3 +133,25 @@ def test_the_pass_runs_after_layout_alteration_and_can_be_disabled() -> None:
     _, ran = run_passes(g, 3, context=PassContext(channel_block=B), disabled={"conv_algorithm"})
     assert "conv_algorithm" not in ran
     assert algorithm_report(g, ran=False)["direct"] == {}
+
+
+def test_small_planes_stay_direct_when_the_weights_cost_more_than_the_multiplications_saved() -> None:
+    """F(2x2) on a 7x7 plane (ResNet's last stage) saves about 13 FLOPs per byte its weights add;
+    on 14x14 its 49 tiles save more than 16; the bar does not depend on the channel count."""
+    from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, flops_saved_per_byte
+
+    for c in (32, 256, 512):
+        assert flops_saved_per_byte(c, c, 7, 7, 2) < MIN_FLOPS_SAVED_PER_BYTE
+        assert flops_saved_per_byte(c, c, 14, 14, 2) > MIN_FLOPS_SAVED_PER_BYTE
+    assert flops_saved_per_byte(256, 256, 14, 14, 4) > MIN_FLOPS_SAVED_PER_BYTE  # 16 tiles of 6x6
+    assert flops_saved_per_byte(448, 384, 8, 8, 4) < MIN_FLOPS_SAVED_PER_BYTE  # 4 tiles of 6x6
+    # the count itself: direct 2*9*49, products 2*16*16, per 4*(16 - 9) bytes, for each channel pair
+    assert flops_saved_per_byte(1, 1, 7, 7, 2) == pytest.approx((2 * 9 * 49 - 2 * 16 * 16) / (4 * 7))
+    for hw, winograd in ((7, False), (14, True)):
+        x = var("x", 1, 64, hw, hw)
+        out = choose_conv_algorithm(blocked(conv(x, 64, name="c"), inputs=[x]))
+        assert ("conv2d_winograd_nchwc" in ops(out)) is winograd, hw
+        if not winograd:
+            (c,) = [c for c in out.calls() if c.op == "conv2d_nchwc"]
+            assert "FLOPs per byte" in algorithm_report(out, ran=True)["direct"]["c"]
+            assert "7x7 output" in (why_direct(c) or "")
