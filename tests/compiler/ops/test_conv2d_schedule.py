@@ -265,3 +265,21 @@ def test_two_fma_avx512_cores_share_each_broadcast_between_blocks() -> None:
     dec = _Record()
     choose_rule(w, dec)
     assert dec.asked["nb"] > 1 and dec.asked["unroll_ci"] is False, dec.asked
+
+
+@pytest.mark.parametrize(("k", "stride", "share"), [(1, 2, 4), (1, 1, 1), (3, 1, 1)])
+def test_input_footprint_counts_the_lines_a_strided_window_reads(k: int, stride: int, share: int) -> None:
+    """With 16-lane pixels (a cache line each), a 1x1 stride-2 conv reads every other row and every
+    other line of its input: a quarter; stride 1 reads it all (a padded 3x3 window, the padded copy)."""
+    from compiler.ops.conv2d_blocked import input_footprint
+    from compiler.tir.rules import block_of
+    from compiler.tir.trace import Schedule
+
+    model = _conv_model(64, 64, k, stride=stride, hw=28)
+    options = CompileOptions(target="znver5", disabled_passes=frozenset({"conv_algorithm"}))
+    kernels = frontier_for(model, options, None).kernels
+    (w,) = [g.workload for g in kernels if g.workload.anchor_op == "conv2d_nchwc"]
+    assert w.info.anchor_block is not None
+    blk = block_of(Schedule(w.func, w.const_params), w.info.anchor_block)
+    side = 28 + 2 * (k // 2)  # the padded input the window reads
+    assert input_footprint(blk) == 64 * side * side * 4 // share
