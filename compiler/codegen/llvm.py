@@ -736,7 +736,7 @@ class KernelEmitter:
         ctx.vars[var] = phi
         ctx.loops.append((phi, extent))
         if stream is not None:
-            self._stream_step(ctx, stream, phi, extent)
+            self._stream_step(ctx, stream, phi)
         self._stmt(ctx, body)
         ctx.loops.pop()
         nxt = b.add(phi, ir.Constant(I64, 1))
@@ -794,7 +794,7 @@ class KernelEmitter:
         b.store(b.gep(base, [b.mul(line, ir.Constant(I64, LINE_BYTES))], source_etype=I8), slot)
         return slot
 
-    def _stream_step(self, ctx: _Ctx, start: ir.Value, r: ir.Value, extent: int) -> None:
+    def _stream_step(self, ctx: _Ctx, start: ir.Value, r: ir.Value) -> None:
         """One step of weight streaming (compiler/codegen/stream.py), number s = o * extent + r of
         S: of the streamed weight's L lines it prefetches `per_step` from about line s*L/S on,
         STREAM_LEAD_BYTES ahead (`start` holds the address of line o*extent*L/S, ahead; the last
