@@ -271,11 +271,58 @@ def vector_reduction(sch: Schedule, block: str, target: Target) -> bool:
     return True
 
 
+def transposed_axis(b: Block) -> int | None:
+    """The output axis that walks a transposed read's contiguous input axis, when the block is a
+    transpose: it reads some buffer whose last index depends on exactly one output axis other than
+    the innermost, while the innermost axis indexes another of its dimensions (NCHW{b}c to NCHW:
+    out[n, c, h, w] = x[n, c // b, h, w, c % b], axis 1). None when every read follows the output's
+    rows (or the block is not a plain spatial nest)."""
+    if not isinstance(b.body, Store) or any(iv.reduce for iv in b.iter_vars) or len(b.iter_vars) < 2:
+        return None
+    if any(not isinstance(bnd, Var) for bnd in b.bindings):
+        return None
+    inner = b.iter_vars[-1].var
+    for load in (x for x in walk_expr(b.body.value) if isinstance(x, Load) and x.indices):
+        last = set(map(id, vars_of(load.indices[-1])))
+        if id(inner) in last or not any(id(inner) in map(id, vars_of(i)) for i in load.indices[:-1]):
+            continue
+        drivers = [k for k, iv in enumerate(b.iter_vars[:-1]) if id(iv.var) in last]
+        if len(drivers) == 1:
+            return drivers[0]
+    return None
+
+
+def tile_transposed_read(sch: Schedule, block: str, target: Target) -> None:
+    """A transpose vectorized along the output's rows gathers each lane from its own input line,
+    and a plane walked row after row comes back to each line once per element of it: the input is
+    read from memory up to a vector's width of times. Splitting the output axis that walks the
+    input's contiguous axis by a vector's width and moving that part just outside the output's
+    innermost axis uses every element of a line while it is in L1 (the `transpose_tile` decision)."""
+    b = block_of(sch, block)
+    axis = transposed_axis(b)
+    loops = root_loops(sch, block)
+    if axis is None or len(loops) != len(b.iter_vars) or axis == len(loops) - 2:
+        return
+    lanes = target.lanes(b.body.buffer.dtype if isinstance(b.body, Store) else "float32")
+    extent = loops[axis].extent
+    factor = min(lanes, extent)  # a width that does not divide the axis leaves a predicated last tile
+    if factor < 2 or not sch.decide("transpose_tile", [False, True], True):
+        return
+    if extent == factor:
+        inner = loops[axis].var.name
+    else:
+        _, inner = sch.split(loops[axis].var.name, [None, factor])
+    names = [f.var.name for f in root_loops(sch, block)]
+    rest = [n for n in names if n != inner]
+    sch.reorder(*rest[:-1], inner, rest[-1])
+
+
 def generic_schedule(sch: Schedule, info: KernelInfo) -> None:
     """Default schedule for kernels without a family-specific one. The producers placed inside the
     output's parallel loop run their rows as vectors (a softmax's exponentials: one call per vector,
     not per element)."""
     inline_injective(sch, info)
+    tile_transposed_read(sch, info.output_block, info.target)
     par = parallel_vectorize(sch, info.output_block, info.target)
     place_producers(sch, info, par)
     # producers that could not move still run in parallel on their own

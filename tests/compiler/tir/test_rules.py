@@ -16,7 +16,7 @@ import pytest
 from compiler.errors import ScheduleError
 from compiler.target import host_target
 from compiler.tir import compute as te
-from compiler.tir.ir import For, ForKind, PrimFunc
+from compiler.tir.ir import BinOp, For, ForKind, PrimFunc
 from compiler.tir.legality import check_legal
 from compiler.tir.lower import lower, stages_of
 from compiler.tir.printer import func_str
@@ -28,6 +28,7 @@ from compiler.tir.rules import (
     generic_schedule,
     inline_injective,
     root_loops,
+    transposed_axis,
     try_,
 )
 from compiler.tir.trace import Schedule, replay
@@ -84,6 +85,20 @@ def softmax_columns(rows: int, cols: int) -> tuple[PrimFunc, KernelInfo]:
             (rows, cols), lambda i, j: te.div(e[i, j], s[j]), "R", tag="elemwise", axis_names=["i", "j"]
         )
         return _kernel("softmax0", [x], r)
+
+
+def to_planar(n: int, blocks: int, h: int, w: int, b: int, channels: int) -> tuple[PrimFunc, KernelInfo]:
+    """NCHW{b}c -> NCHW as layout_transform computes it: out[n, c, h, w] = x[n, c // b, h, w, c % b]."""
+    with te.tensor_scope():
+        x = te.placeholder((n, blocks, h, w, b), "float32", "X")
+        r = te.compute(
+            (n, channels, h, w),
+            lambda i, c, y, z: x[i, BinOp("//", c, te.idx(b)), y, z, BinOp("%", c, te.idx(b))],
+            "R",
+            tag="injective",
+            axis_names=["n", "c", "h", "w"],
+        )
+        return _kernel("to_planar", [x], r)
 
 
 def _scheduled(kernel: tuple[PrimFunc, KernelInfo]) -> Schedule:
@@ -219,3 +234,35 @@ def test_try_reports_an_illegal_primitive_and_leaves_the_schedule_alone() -> Non
     assert func_str(sch.func) == before and not sch.trace.instructions
     assert try_(sch.parallel, "S_i")
     assert [i.prim for i in sch.trace.instructions] == ["parallel"]
+
+
+@pytest.mark.parametrize("channels", [LANES, 58, 3 * LANES])
+def test_a_transpose_walks_the_lines_of_its_input_once(channels: int, rng: np.random.Generator) -> None:
+    """NCHW{b}c -> NCHW vectorized along w gathers each lane from its own input line. The channels
+    within a block move just outside w, so each row of a block is used whole while it is in L1;
+    a channel count the vector width does not divide (ShuffleNet's 58) leaves a predicated tile."""
+    b = LANES
+    blocks = -(-channels // b)
+    shape = (1, blocks, 2 * TARGET.cores, 3 * LANES, b)
+    func, info = to_planar(1, blocks, shape[2], shape[3], b, channels)
+    assert transposed_axis(block_of(Schedule(func), "R")) == 1
+    sch = _scheduled((func, info))
+    assert sch.decisions["transpose_tile"] is True
+    names = [f.var.name for f in root_loops(sch, "R")]
+    assert root_loops(sch, "R")[-1].kind is ForKind.VECTORIZED
+    assert names[-3].startswith("R_c"), names  # a block's channels sit just outside the row's vectors
+    x = rng.standard_normal(shape).astype(np.float32)
+    out = np.full((1, channels, shape[2], shape[3]), np.nan, np.float32)
+    run_func(sch.func, x, out)
+    planar = x.transpose(0, 1, 4, 2, 3).reshape(1, blocks * b, shape[2], shape[3])[:, :channels]
+    np.testing.assert_array_equal(out, planar)
+
+
+def test_reads_along_the_output_rows_are_not_transposes() -> None:
+    """An elementwise kernel and a broadcast along the rows read each input line in order: no tile."""
+    for func, _ in (bias_relu((4, 2 * LANES)), softmax_rows(4, 2 * LANES)):
+        sch = Schedule(func)
+        for name in sch.blocks():
+            assert transposed_axis(block_of(sch, name)) is None, name
+    sch = _scheduled(bias_relu((4, 2 * LANES)))
+    assert "transpose_tile" not in sch.decisions
