@@ -16,6 +16,7 @@ from compiler.errors import ScheduleError
 from compiler.target import Target
 from compiler.tir.ir import Block, Expr, For, Load, Store, Var, walk_expr, walk_stmts
 from compiler.tir.legality import check_legal, lane_combine
+from compiler.tir.simplify import simplify
 from compiler.tir.trace import Schedule
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
@@ -273,22 +274,26 @@ def vector_reduction(sch: Schedule, block: str, target: Target) -> bool:
 
 def transposed_axis(b: Block) -> int | None:
     """The output axis that walks a transposed read's contiguous input axis, when the block is a
-    transpose: it reads some buffer whose last index depends on exactly one output axis other than
-    the innermost, while the innermost axis indexes another of its dimensions (NCHW{b}c to NCHW:
-    out[n, c, h, w] = x[n, c // b, h, w, c % b], axis 1). None when every read follows the output's
-    rows (or the block is not a plain spatial nest)."""
+    transpose: it reads some buffer whose last index depends on output axes other than the
+    innermost (the innermost of them, when several: a head and its channel), while the innermost
+    axis indexes another of its dimensions (NCHW{b}c to NCHW: out[n, c, h, w] = x[n, c // b, h, w,
+    c % b], axis 1). None when every read follows the output's rows (or the block is not a plain
+    spatial nest)."""
     if not isinstance(b.body, Store) or any(iv.reduce for iv in b.iter_vars) or len(b.iter_vars) < 2:
         return None
     if any(not isinstance(bnd, Var) for bnd in b.bindings):
         return None
     inner = b.iter_vars[-1].var
+    ranges = {iv.var: iv.extent for iv in b.iter_vars}
     for load in (x for x in walk_expr(b.body.value) if isinstance(x, Load) and x.indices):
-        last = set(map(id, vars_of(load.indices[-1])))
-        if id(inner) in last or not any(id(inner) in map(id, vars_of(i)) for i in load.indices[:-1]):
+        # a reshape's flat index names axes that cancel out: only what is left counts
+        indices = [simplify(i, ranges) for i in load.indices]
+        last = set(map(id, vars_of(indices[-1])))
+        if id(inner) in last or not any(id(inner) in map(id, vars_of(i)) for i in indices[:-1]):
             continue
         drivers = [k for k, iv in enumerate(b.iter_vars[:-1]) if id(iv.var) in last]
-        if len(drivers) == 1:
-            return drivers[0]
+        if drivers:  # several (a head and its channel): the innermost walks the contiguous axis
+            return drivers[-1]
     return None
 
 
@@ -301,9 +306,20 @@ def tile_transposed_read(sch: Schedule, block: str, target: Target) -> None:
     b = block_of(sch, block)
     axis = transposed_axis(b)
     loops = root_loops(sch, block)
-    if axis is None or len(loops) != len(b.iter_vars) or axis == len(loops) - 2:
+    if axis is None or len(loops) != len(b.iter_vars):
         return
     lanes = target.lanes(b.body.buffer.dtype if isinstance(b.body, Store) else "float32")
+    if axis == len(loops) - 2:
+        # already just outside the row: a row much longer than a vector walks as many lines (and
+        # pages: attention's K^T reads one element per token row) per step of that axis; a
+        # vector's width of the row at a time keeps them in L1 and the TLB
+        row = loops[-1]
+        if row.extent < 2 * lanes or not sch.decide("transpose_tile", [False, True], True):
+            return
+        outer, _ = sch.split(row.var.name, [None, lanes])
+        names = [f.var.name for f in root_loops(sch, block)]
+        sch.reorder(*names[:axis], outer, names[axis], names[-1])
+        return
     extent = loops[axis].extent
     factor = min(lanes, extent)  # a width that does not divide the axis leaves a predicated last tile
     if factor < 2 or not sch.decide("transpose_tile", [False, True], True):

@@ -101,6 +101,22 @@ def to_planar(n: int, blocks: int, h: int, w: int, b: int, channels: int) -> tup
         return _kernel("to_planar", [x], r)
 
 
+def keys_transposed(heads: int, dim: int, tokens: int) -> tuple[PrimFunc, KernelInfo]:
+    """Attention's K^T from a [tokens, heads * dim] projection, through the flat index a
+    reshape-transpose-reshape chain leaves: out[h, d, t] = x[(t * heads * dim + h * dim + d) // (heads * dim),
+    (t * heads * dim + h * dim + d) % (heads * dim)]."""
+    width = heads * dim
+    with te.tensor_scope():
+        x = te.placeholder((tokens, width), "float32", "X")
+
+        def body(h, d, t):  # type: ignore[no-untyped-def]
+            flat = te.add(te.add(te.mul(t, te.idx(width)), te.mul(h, te.idx(dim))), d)
+            return x[BinOp("//", flat, te.idx(width)), BinOp("%", flat, te.idx(width))]
+
+        r = te.compute((heads, dim, tokens), body, "R", tag="injective", axis_names=["h", "d", "t"])
+        return _kernel("keys_transposed", [x], r)
+
+
 def _scheduled(kernel: tuple[PrimFunc, KernelInfo]) -> Schedule:
     func, info = kernel
     sch = Schedule(func)
@@ -266,3 +282,22 @@ def test_reads_along_the_output_rows_are_not_transposes() -> None:
             assert transposed_axis(block_of(sch, name)) is None, name
     sch = _scheduled(bias_relu((4, 2 * LANES)))
     assert "transpose_tile" not in sch.decisions
+
+
+def test_a_transpose_whose_row_is_long_walks_it_a_vector_at_a_time(rng: np.random.Generator) -> None:
+    """K^T reads one element of each token's row per output element: the channel axis is already
+    just outside the tokens, but a pass over all tokens per channel touches every row (and page)
+    each time. The tokens go a vector's width at a time, the channels inside."""
+    heads, dim, tokens = 3, 2 * LANES, 4 * LANES + 5
+    func, info = keys_transposed(heads, dim, tokens)
+    assert transposed_axis(block_of(Schedule(func), "R")) == 1  # the flat index simplifies away
+    sch = _scheduled((func, info))
+    assert sch.decisions["transpose_tile"] is True
+    loops = root_loops(sch, "R")
+    names = [f.var.name for f in loops]
+    assert names[:3] == ["R_h", "R_t_0", "R_d"], names  # a vector's width of tokens, then every channel
+    assert loops[1].extent == -(-tokens // LANES) and loops[-1].kind is ForKind.VECTORIZED
+    x = rng.standard_normal((tokens, heads * dim)).astype(np.float32)
+    out = np.full((heads, dim, tokens), np.nan, np.float32)
+    run_func(sch.func, x, out)
+    np.testing.assert_array_equal(out, x.reshape(tokens, heads, dim).transpose(1, 2, 0))
