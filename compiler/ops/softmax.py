@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import Expr, IntImm
+from compiler.tir.ir import BinOp, Expr, IntImm
 
 
 def _infer(op: str) -> Callable[..., TensorType]:
@@ -42,6 +43,21 @@ def _log_softmax(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ lowering: compute definitions
+# the smallest normal float32, 2^-126
+_FLT_MIN = float(np.finfo(np.float32).tiny)
+
+
+def _row_exp(v: Expr, n: int) -> Expr:
+    """e^v for v = x - max(row) <= 0, flushed to 0 below e^floor = n * 2^-126: such a term changes
+    the row's sum (at least 1, at most n) by less than it can round, and its output share (e^v / sum,
+    at least e^v / n) would be subnormal. Computing subnormal floats takes a microcode assist on
+    many x86 cores, a hundred cycles or more per value: a row with masked entries (Swin's shifted
+    windows add -100 before the softmax) then ran several times slower than any other. NaN passes."""
+    floor = te.f32(math.log(_FLT_MIN * n))
+    below = BinOp("<", v, floor)
+    return te.select(below, te.f32(0.0), te.call("exp", te.select(below, floor, v)))
+
+
 def _softmax_compute(log: bool) -> Callable[..., te.Tensor]:
     def compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
         (x,) = inputs
@@ -61,7 +77,7 @@ def _softmax_compute(log: bool) -> Callable[..., te.Tensor]:
         )
         ex = te.compute(
             x.shape,
-            lambda *ix: te.call("exp", te.sub(x[ix], mx[along(ix, IntImm(0))])),
+            lambda *ix: _row_exp(te.sub(x[ix], mx[along(ix, IntImm(0))]), n),
             f"{name}_exp",
             tag="exp",
         )
