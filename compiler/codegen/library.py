@@ -3,8 +3,9 @@
 Kernels are added as llvmlite IR; `finalize()` parses, verifies and optimises the module once for
 the exact target CPU, after which the library can print its IR/assembly, emit an object file or
 link a shared library: the system C compiler driver links the kernels with temper's runtime
-(parallel.c, the thread pool, and workspace.c, the kernels' scratch memory; compiled by the same
-driver once per process) and libm, so that the library needs nothing but libc at load time.
+(parallel.c, the thread pool, workspace.c, the kernels' scratch memory, and steps.c, the loop
+over a plan's kernel calls; compiled by the same driver once per process) and libm, so that the
+library needs nothing but libc at load time.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from compiler.target import Target, init_llvm
 from compiler.tir.ir import PrimFunc
 
 _LLVM_LOCK = threading.RLock()  # LLVM's global state is not thread-safe (held across nested calls)
-RUNTIME_SOURCES = (Path(__file__).with_name("parallel.c"), Path(__file__).with_name("workspace.c"))
+RUNTIME_SOURCES = tuple(Path(__file__).with_name(f) for f in ("parallel.c", "workspace.c", "steps.c"))
 _RUNTIME_LOCK = threading.Lock()
 _runtime_objects: dict[str, list[bytes]] = {}  # C compiler driver -> the runtime sources compiled by it
 

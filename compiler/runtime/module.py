@@ -17,8 +17,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -113,6 +113,26 @@ def _release_when_collected(module: object, library: ctypes.CDLL) -> None:
         weakref.finalize(module, fn).atexit = False
 
 
+_Steps = tuple[Any, int, "ctypes.Array[ctypes.c_void_p]", "ctypes.Array[ctypes.c_void_p]"]
+
+
+def _native_steps(library: ctypes.CDLL, calls: Sequence[tuple[_KernelFn, Any, str]]) -> _Steps | None:
+    """The library's step runner (compiler/codegen/steps.c) with the plan's kernels and argument
+    arrays, so that a run is one foreign call rather than one per kernel; None for a library linked
+    before temper had it (the calls then run from Python, one by one)."""
+    try:
+        run = library["temper_run_steps"]
+    except AttributeError:
+        return None
+    run.restype = ctypes.c_int64
+    run.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]
+    kernels = (ctypes.c_void_p * len(calls))(
+        *(ctypes.cast(cast(Any, fn), ctypes.c_void_p).value for fn, _, _ in calls)
+    )
+    args = (ctypes.c_void_p * len(calls))(*(ctypes.addressof(pointers) for _, pointers, _ in calls))
+    return run, len(calls), kernels, args
+
+
 def _byte_views(plan: Plan, params: np.ndarray, workspace: np.ndarray) -> dict[BufferId, np.ndarray]:
     """The uint8 memory of every buffer: own allocations, slices of params/workspace, alias slices."""
     views: dict[BufferId, np.ndarray] = {}
@@ -197,6 +217,7 @@ class Module:
                 if plan.buffers[root].kind in ("input", "output"):
                     self._slots.setdefault(root, []).append((pointers, index, offset))
         self._calls = tuple(calls)
+        self._steps = _native_steps(self._library, self._calls)
         self._feeds = {name: _typed(plan, views, buf_id) for name, buf_id in plan.inputs}
         self._input_ids = dict(plan.inputs)
         outputs = self._output_ids = dict(plan.outputs)
@@ -277,10 +298,17 @@ class Module:
         return arrays
 
     def _execute(self) -> None:
+        if self._steps is not None:
+            run, count, kernels, args = self._steps
+            code = ctypes.c_int32(0)
+            index = run(count, kernels, args, ctypes.byref(code))
+            if code.value:
+                raise KernelError(self._calls[index][2], index, code.value)
+            return
         for index, (fn, pointers, kernel) in enumerate(self._calls):
-            code = fn(pointers)
-            if code:
-                raise KernelError(kernel, index, code)
+            code_ = fn(pointers)
+            if code_:
+                raise KernelError(kernel, index, code_)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the model on `feeds` (exact dtype and shape per input); return fresh output arrays,

@@ -17,9 +17,11 @@ from tests.compiler.runtime import tiny
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture
-def parts() -> dict:
-    return tiny.parts(tiny.library())
+@pytest.fixture(params=[True, False], ids=["step-runner", "python-loop"])
+def parts(request: pytest.FixtureRequest) -> dict:
+    """Every test runs on a library with temper's step runner (one foreign call per run) and on one
+    without it (a library of an earlier version: the loader calls the kernels one by one)."""
+    return tiny.parts(tiny.library(steps=request.param))
 
 
 @pytest.fixture
@@ -211,3 +213,14 @@ def test_the_required_features_of_targets() -> None:
     assert host.to_json()["required_features"] == host.required_features
     if cpu_flags() is not None:  # Linux: everything the compiling CPU has is listed, and present
         assert host.required_features and missing_features(host.to_json()) == []
+
+
+def test_a_library_with_the_step_runner_runs_the_plan_in_one_call(tmp_path: Path) -> None:
+    with_runner, without = (tmp_path / "a.temper", tmp_path / "b.temper")
+    write_artifact(with_runner, **tiny.parts(tiny.library(steps=True)))
+    write_artifact(without, **tiny.parts(tiny.library(steps=False)))
+    assert load(with_runner)._steps is not None and load(without)._steps is None
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    for name, want in tiny.reference(x).items():
+        np.testing.assert_array_equal(load(with_runner).run({"x": x})[name], want)
+        np.testing.assert_array_equal(load(without).run({"x": x})[name], want)

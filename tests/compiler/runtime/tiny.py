@@ -49,25 +49,29 @@ int32_t fail_k(void **args) {
 }
 """
 
+STEPS_SOURCE = Path(__file__).resolve().parents[3] / "compiler" / "codegen" / "steps.c"
 W = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]], dtype=np.float32)
 B = np.array([0.5, -0.25], dtype=np.float32)
 
 
-def library() -> bytes:
-    """The compiled kernels (built once per session); skips when there is no C compiler."""
+def library(steps: bool = False) -> bytes:
+    """The compiled kernels (built once per session); with `steps`, linked with temper's step runner
+    (compiler/codegen/steps.c) as every library temper builds is, else without it as libraries of
+    earlier versions were. Skips when there is no C compiler."""
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         pytest.skip("no C compiler (cc/gcc/clang) on this machine to build the test kernels")
-    return _compile(compiler)
+    return _compile(compiler, steps)
 
 
 @functools.cache
-def _compile(compiler: str) -> bytes:
+def _compile(compiler: str, steps: bool) -> bytes:
     with tempfile.TemporaryDirectory() as directory:
         source = Path(directory, "tiny.c")
         source.write_text(C_SOURCE)
+        sources = [str(source), *([str(STEPS_SOURCE)] if steps else [])]
         out = Path(directory, "tiny.so")
-        subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(out), str(source)], check=True)
+        subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(out), *sources], check=True)
         return out.read_bytes()
 
 
