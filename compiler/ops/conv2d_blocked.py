@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from compiler.codegen.llvm import MAX_STACK_BUFFER_BYTES
 from compiler.ops.common import FLOAT, expect_args, expect_dtype, fail, int_attr
 from compiler.ops.conv2d import (
     ConvNest,
@@ -332,6 +333,43 @@ def tile_order(blk: Block, groups: int, threads: int) -> str:
     return "oh_oc_ow" if by_rows < by_groups else "oc_oh_ow"
 
 
+# an input chunk's weights for one group of output channel blocks, kept in L1 while every register
+# tile of the group's plane reads them
+CHUNK_WEIGHT_BYTES = 16 << 10
+L1_BYTES = 32 << 10  # the smallest L1 data cache of the x86 cores temper targets
+# a group's plane must have at least this many register tiles to reuse a chunk's weights from L1
+MIN_CHUNK_TILES = 16
+
+
+def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
+    """Input channel blocks per chunk of the reduction (0: none), the `ic_chunk` decision's default.
+
+    A register tile's step multiplies one weight vector per channel block of the tile by a few
+    broadcast inputs; a group's weights over a long reduction (1024 input channels by 32 output
+    channels are 128 KiB) do not stay in L1, so every tile streams all of them from L2: on a core
+    starting two 512-bit FMAs per cycle that is more bytes per cycle than L2 delivers. Cut into
+    chunks of input channels small enough for L1, the reduction runs chunk by chunk over the whole
+    plane of the group, its partial sums kept in the group's accumulator tile (local) and the
+    epilogue applied once after the last chunk. Only where the plane has enough tiles to reuse each
+    chunk, the weights would not fit L1 anyway, and the group's partial sums stay in L1 (or the
+    weights outgrow L2, where streaming them costs more than a pass over the sums); dense convs on
+    such cores (on one-FMA or 256-bit cores the stream per cycle is half as wide)."""
+    _, _, oh, ow, ob, icb, kh, kw, ib = (iv.extent for iv in blk.iter_vars)
+    dense = _operands(blk)[0].shape[1] == icb  # a grouped conv reduces over a group's blocks only
+    if target.vector_bits < 512 or target.fma_per_cycle < 2 or not dense:
+        return 0
+    per_block = nb * ob * ib * kh * kw * 4  # one input block's weights for the group
+    weights, plane = per_block * icb, oh * ow * nb * ob * 4
+    if oh * -(-ow // owt) < MIN_CHUNK_TILES or weights <= L1_BYTES or icb < 2:
+        return 0
+    # each chunk reads and writes the group's partial sums, and the epilogue becomes a pass over
+    # them: cheap while they stay in L1, worth it beyond only when the group's weights outgrow L2
+    if plane > MAX_STACK_BUFFER_BYTES // 2 or (plane > L1_BYTES and weights < L2_BYTES):
+        return 0
+    fits = [d for d in range(1, icb) if icb % d == 0 and d * per_block <= CHUNK_WEIGHT_BYTES]
+    return max(fits, default=1)
+
+
 def one_block_tiles(target: Target, block: int) -> bool:
     """Whether a dense blocked conv's register tile is one block of output channels by a run of
     columns (see block_register_tile): on AVX-512 cores that start one 512-bit FMA per cycle."""
@@ -393,6 +431,13 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     ocbo, ocbi = sch.split(locb, [None, nb])
     owo, owi = sch.split(low, [None, owt])
     order0 = tile_order(nest.blk, extents[1] // nb, info.target.cores if nest.threads else 1)
+    icb = extents[5]
+    chunks = [0, *(d for d in range(1, icb) if icb % d == 0)]
+    chunk0 = ic_chunk(info.target, nest.blk, nb, owt)
+    chunk = sch.decide("ic_chunk", chunks, chunk0)
+    if chunk:
+        _chunked_reduction(sch, nest, [ocbo, ocbi, loh, owo, owi, lrcb], chunk, nb)
+        return
     tiles = (
         [ocbo, loh, owo]
         if sch.decide("tile_order", ["oc_oh_ow", "oh_oc_ow"], order0) == "oc_oh_ow"
@@ -418,6 +463,27 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
         sch.pack_layout(weight, Layout(((0, nb),), (0, 2, 3, 4, 5, 1, 6)))
     sch.reverse_compute_at(nest.consumer, owo)
     sch.decompose_reduction(nest.conv, lrcb)
+
+
+def _chunked_reduction(sch: Schedule, nest: ConvNest, loops: list[str], chunk: int, nb: int) -> None:
+    """block_tile with the reduction in chunks of `chunk` input blocks (see ic_chunk): per group of
+    output channel blocks (the parallel loop), per chunk, every register tile of the plane; the
+    epilogue after the group's last chunk."""
+    ln, _, _, _, loc, _, lry, lrx, lrci = nest.loops
+    ocbo, ocbi, loh, owo, owi, lrcb = loops
+    rcbo, rcbi = sch.split(lrcb, [None, chunk])
+    sch.reorder(ln, ocbo, rcbo, loh, owo, rcbi, lry, lrx, lrci, owi, ocbi, loc)
+    outer = sch.fuse(ln, ocbo)
+    if nest.threads:
+        sch.parallel(outer)
+    sch.unroll(ocbi)
+    sch.unroll(owi)
+    sch.vectorize(loc)
+    weight = _operands(nest.blk)[1].name
+    if nb > 1 and weight in sch.const_params:
+        sch.pack_layout(weight, Layout(((0, nb),), (0, 2, 3, 4, 5, 1, 6)))
+    sch.reverse_compute_at(nest.consumer, outer)
+    sch.decompose_reduction(nest.conv, rcbo)
 
 
 def _schedule(sch: Schedule, info: KernelInfo) -> None:

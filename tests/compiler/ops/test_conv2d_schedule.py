@@ -13,7 +13,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.kernels import Workload, choose_rule
-from compiler.ops.conv2d_blocked import block_register_tile, depthwise_tile, one_block_run, register_tile
+from compiler.ops.conv2d_blocked import (
+    block_register_tile,
+    depthwise_tile,
+    ic_chunk,
+    one_block_run,
+    register_tile,
+)
 from compiler.ops.conv2d_winograd import product_tile
 from compiler.pipeline import CompileOptions, frontier_for
 from compiler.target import parse_target
@@ -107,7 +113,8 @@ def test_each_planar_conv_kind_gets_its_rule(
     ("conv", "asked"),
     [
         (dict(c=16, oc=16, k=3, groups=16), {"parallel", "owt", "unroll_kw", "pad_at"}),  # depthwise_columns
-        (dict(c=16, oc=32, k=3), {"parallel", "nb", "owt", "tile_order", "unroll_ci"}),  # block_tile
+        # block_tile: the reduction in chunks (ic_chunk), else the tile order and unrolled lanes
+        (dict(c=16, oc=32, k=3), {"parallel", "nb", "owt", "ic_chunk", "tile_order", "unroll_ci"}),
     ],
 )
 def test_each_blocked_conv_kind_gets_its_rule(conv: dict[str, int], asked: set[str]) -> None:
@@ -207,6 +214,7 @@ def test_avx512_convs_take_one_block_by_a_run_of_columns() -> None:
     assert avx512.fma_per_cycle == 1 and avx2.fma_per_cycle == 2
     assert one_block_run(56) == 8 and one_block_run(28) == 7 and one_block_run(7) == 7
     assert one_block_run(17) == 6 and one_block_run(147) == 7  # 6 + 6 + 5; 21 runs of 7
+
     def cycles(ow: int, run: int) -> int:  # a step of c columns: max(c, the FMA latency of 4)
         return (ow // run) * max(run, 4) + (max(ow % run, 4) if ow % run else 0)
 
@@ -283,3 +291,37 @@ def test_input_footprint_counts_the_lines_a_strided_window_reads(k: int, stride:
     blk = block_of(Schedule(w.func, w.const_params), w.info.anchor_block)
     side = 28 + 2 * (k // 2)  # the padded input the window reads
     assert input_footprint(blk) == 64 * side * side * 4 // share
+
+
+def _blocked_conv_block(target: str, c: int, oc: int, k: int, hw: int, groups: int = 1):  # type: ignore[no-untyped-def]
+    """The conv block of a blocked conv lowered for `target`."""
+    from compiler.tir.rules import block_of
+    from compiler.tir.trace import Schedule
+
+    options = CompileOptions(target=target, disabled_passes=frozenset({"conv_algorithm"}))
+    fr = frontier_for(_conv_model(c, oc, k, groups=groups, hw=hw), options, None)
+    (w,) = [g.workload for g in fr.kernels if g.workload.anchor_op == "conv2d_nchwc"]
+    return block_of(Schedule(w.func), w.info.anchor_block)
+
+
+def test_long_reductions_on_wide_planes_run_in_chunks_of_input_channels() -> None:
+    """On a core starting two 512-bit FMAs per cycle, a group's weights over a long reduction stream
+    from L2 for every register tile: FCN-ResNet50's 2048 -> 512 pointwise conv on 28x28 and
+    ResNet-50's 1024 -> 256 on 14x14 run in chunks small enough for L1. Not: weights that fit L1
+    (128 input channels), partial sums beyond L1 while the weights fit L2 (512 -> 128 on 28x28),
+    a 7x7 plane (too few tiles to reuse a chunk), grouped convs, one-FMA or 256-bit cores."""
+    from compiler.ops.conv2d_blocked import CHUNK_WEIGHT_BYTES
+
+    server = "sapphirerapids"
+    for c, oc, hw, nb, owt in ((2048, 512, 28, 4, 4), (1024, 256, 14, 2, 7)):
+        blk = _blocked_conv_block(server, c, oc, 1, hw)
+        chunk = ic_chunk(parse_target(server), blk, nb, owt)
+        icb = c // 16
+        assert 0 < chunk < icb and icb % chunk == 0, (c, chunk)
+        assert chunk * nb * 16 * 16 * 4 <= CHUNK_WEIGHT_BYTES
+        for other in ("znver4", "haswell"):  # one 512-bit FMA per cycle; 256-bit vectors
+            assert ic_chunk(parse_target(other), _blocked_conv_block(other, c, oc, 1, hw), nb, owt) == 0
+    for c, oc, hw, nb, owt in ((128, 512, 28, 4, 4), (512, 128, 28, 4, 4), (2048, 512, 7, 2, 7)):
+        assert ic_chunk(parse_target(server), _blocked_conv_block(server, c, oc, 1, hw), nb, owt) == 0
+    grouped = _blocked_conv_block(server, 1024, 1024, 3, 28, groups=8)
+    assert ic_chunk(parse_target(server), grouped, 4, 4) == 0
