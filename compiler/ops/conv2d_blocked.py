@@ -456,13 +456,18 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     one_block = one_block_tiles(info.target, extents[4]) and (nb, owt) == (nb0, owt0)
     if sch.decide("unroll_ci", [True, False], one_block and extents[7] != 2):
         sch.unroll(lrci)
-    weight = _operands(nest.blk)[1].name
-    if nb > 1 and weight in sch.const_params:
-        # [OCB, CB, KH, KW, ib, ob] -> [OCB/nb, CB, KH, KW, ib, nb, ob]: one tile's weight vectors of a
-        # step are adjacent, so the tile reads one stream of weights, not nb
-        sch.pack_layout(weight, Layout(((0, nb),), (0, 2, 3, 4, 5, 1, 6)))
+    _pack_tile_weights(sch, nest, nb)
     sch.reverse_compute_at(nest.consumer, owo)
     sch.decompose_reduction(nest.conv, lrcb)
+
+
+def _pack_tile_weights(sch: Schedule, nest: ConvNest, nb: int) -> None:
+    """[OCB, CB, KH, KW, ib, ob] -> [OCB/nb, CB, KH, KW, ib, nb, ob] for a tile of nb > 1 channel
+    blocks: one tile's weight vectors of a step are adjacent, so the tile reads one stream of
+    weights, not nb."""
+    weight = _operands(nest.blk)[1].name
+    if nb > 1 and weight in sch.const_params:
+        sch.pack_layout(weight, Layout(((0, nb),), (0, 2, 3, 4, 5, 1, 6)))
 
 
 def _chunked_reduction(sch: Schedule, nest: ConvNest, loops: list[str], chunk: int, nb: int) -> None:
@@ -479,9 +484,7 @@ def _chunked_reduction(sch: Schedule, nest: ConvNest, loops: list[str], chunk: i
     sch.unroll(ocbi)
     sch.unroll(owi)
     sch.vectorize(loc)
-    weight = _operands(nest.blk)[1].name
-    if nb > 1 and weight in sch.const_params:
-        sch.pack_layout(weight, Layout(((0, nb),), (0, 2, 3, 4, 5, 1, 6)))
+    _pack_tile_weights(sch, nest, nb)
     sch.reverse_compute_at(nest.consumer, outer)
     sch.decompose_reduction(nest.conv, rcbo)
 
