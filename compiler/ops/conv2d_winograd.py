@@ -9,7 +9,7 @@ transformed (V = B^T d B, U = G g G^T), multiplied elementwise and summed over i
 weight of conv2d_nchwc.
 
 Input x is [N, C/ib, H, W, ib], the output [N, OC/ob, OH, OW, ob] (ib = ob = the channel block).
-Attributes: pads (top, left, bottom, right) and tile (m: 2 or 4).
+Attributes: pads (top, left, bottom, right) and tile (m: 2, 3 or 4).
 
 The transforms' coefficients are small integers and fractions (exact in float32 for the input and
 output transforms), but F(4x4) amplifies rounding more than a direct sum: its results differ from
@@ -51,12 +51,13 @@ from compiler.tir.rules import (
 from compiler.tir.trace import Schedule
 
 KERNEL = 3  # the filter size these transforms are for
-TILES = (2, 4)  # supported output tile sizes m
+TILES = (2, 3, 4)  # supported output tile sizes m
 
 _F = Fraction
-# (B^T, G, A^T) of F(m x m, 3 x 3) for the interpolation points 0, 1, -1 (m = 2) and 0, 1, -1, 1/2,
-# -2 (m = 4), and the point at infinity (the last row of each): Toom-Cook as in Lavin & Gray (2015).
-# The points of F(4x4) are chosen for rounding: they lose less to float32 than 0, +-1, +-2 (the usual).
+# (B^T, G, A^T) of F(m x m, 3 x 3) for the interpolation points 0, 1, -1 (m = 2), 0, 1, -1, -1/2
+# (m = 3) and 0, 1, -1, 1/2, -2 (m = 4), and the point at infinity (the last row of each): Toom-Cook
+# as in Lavin & Gray (2015). The points of F(4x4) are chosen for rounding: they lose less to float32
+# than 0, +-1, +-2 (the usual); those of F(3x3) keep every coefficient of B^T and A^T within 3/2.
 _MATRICES: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list[Fraction]]]] = {
     2: (
         [[_F(x) for x in r] for r in ([1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1])],
@@ -65,6 +66,32 @@ _MATRICES: dict[int, tuple[list[list[Fraction]], list[list[Fraction]], list[list
             for r in (["1", "0", "0"], ["1/2", "1/2", "1/2"], ["1/2", "-1/2", "1/2"], ["0", "0", "1"])
         ],
         [[_F(x) for x in r] for r in ([1, 1, 1, 0], [0, 1, -1, -1])],
+    ),
+    3: (
+        [
+            [_F(x) for x in r]
+            for r in (
+                ["-1/2", "-1", "1/2", "1", "0"],
+                ["0", "1/2", "3/2", "1", "0"],
+                ["0", "-1/2", "-1/2", "1", "0"],
+                ["0", "-1", "0", "1", "0"],
+                ["0", "-1/2", "-1", "1/2", "1"],
+            )
+        ],
+        [
+            [_F(x) for x in r]
+            for r in (
+                ["-2", "0", "0"],
+                ["1/3", "1/3", "1/3"],
+                ["-1", "1", "-1"],
+                ["8/3", "-4/3", "2/3"],
+                ["0", "0", "1"],
+            )
+        ],
+        [
+            [_F(x) for x in r]
+            for r in (["1", "1", "1", "1", "0"], ["0", "1", "-1", "-1/2", "0"], ["0", "1", "1", "1/4", "1"])
+        ],
     ),
     4: (
         [
@@ -271,9 +298,9 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 CHUNK_BYTES = 128 << 10
 MAX_CHUNK_BYTES = MAX_STACK_BUFFER_BYTES // 2
 MAX_CHUNK_TILES = 32
-# chunks by default only for F(2x2) tiles: the chunked F(4x4) code (36 positions in, 16 out, per chunk
-# and per remainder) compiles to several times the three passes' size
-CHUNK_MAX_ALPHA = 4
+# chunks by default only for F(2x2) and F(3x3) tiles: the chunked F(4x4) code (36 positions in, 16
+# out, per chunk and per remainder) compiles to several times the three passes' size
+CHUNK_MAX_ALPHA = 5
 
 
 def _tile_bytes(c: int, oc: int, alpha: int) -> int:

@@ -1,4 +1,4 @@
-"""Convolution algorithm selection: direct blocked convolution or Winograd F(m x m, 3 x 3).
+"""Convolution algorithm selection: direct blocked convolution or Winograd F(m x m, 3 x 3), m = 2, 3, 4.
 
 Runs after alter_layout, on its conv2d_nchwc calls. A 3x3 stride-1 dense conv with enough channels
 on each side spends most of its time in multiply-adds that Winograd's minimal filtering saves: F(4x4)
@@ -21,13 +21,18 @@ from compiler.ops.conv2d_winograd import KERNEL, transform_weight
 REWRITES = {"conv2d_nchwc": "conv2d_winograd_nchwc"}
 # channels on each side below which the tile transforms cost more than the multiplications saved
 MIN_CHANNELS = 32
-# output tiles of 4x4 need at least this output size on each side (else 2x2 tiles: less padding
+# output tiles of 4x4 need at least this output size on each side (else smaller tiles: less padding
 # waste on small planes, fewer savings) ...
 MIN_SIZE_TILE4 = 8
 # ... and this many input channels: F(4x4) rounds several times worse than a direct sum (F(2x2) about
 # as well), which deep networks compound; it is kept to the convs where its savings over F(2x2) are
-# largest, those with long sums over channels
+# largest, those with long sums over channels. F(3x3) rounds between the two and needs half as many.
 MIN_CHANNELS_TILE4 = 128
+MIN_CHANNELS_TILE3 = 64
+# FLOPs one byte of transformed weights counts for when the tile is chosen (`tile_cost`): a larger
+# tile does fewer multiplications per output but its weights grow as (m+2)^2, and they stream from
+# L3 or DRAM once per conv, mostly overlapped with the products (so below the bar's full DRAM price)
+TILE_WEIGHT_BYTE_FLOPS = 4
 MIN_OUTPUT = 4
 # multiply-adds (as FLOPs) Winograd must save per byte its transformed weights add: the weights of
 # F(m x m) are (m+2)^2 / 9 times the direct conv's, read once per run of the model, mostly from DRAM
@@ -82,10 +87,30 @@ def flops_saved_per_byte(c: int, oc: int, oh: int, ow: int, m: int) -> float:
 
 
 def tile_for(call: Call) -> int:
-    """The output tile m of F(m x m, 3 x 3) for a conv the rule admits."""
+    """The output tile m of F(m x m, 3 x 3) for a conv the rule admits: of the tiles its channels and
+    plane allow, the one of least `tile_cost`."""
     oh, ow = call.type.shape[2], call.type.shape[3]
     _, icb, _, _, ib, _ = call.args[1].type.shape
-    return 4 if min(oh, ow) >= MIN_SIZE_TILE4 and icb * ib >= MIN_CHANNELS_TILE4 else 2
+    return min(allowed_tiles(icb * ib, oh, ow), key=lambda m: (tile_cost(oh, ow, m), m))
+
+
+def allowed_tiles(c: int, oh: int, ow: int) -> list[int]:
+    """The tiles whose rounding a conv of `c` input channels may take (F(2x2) always)."""
+    tiles = [2]
+    if c >= MIN_CHANNELS_TILE3:
+        tiles.append(3)
+    if c >= MIN_CHANNELS_TILE4 and min(oh, ow) >= MIN_SIZE_TILE4:
+        tiles.append(4)
+    return tiles
+
+
+def tile_cost(oh: int, ow: int, m: int) -> int:
+    """Per channel pair, the products' FLOPs of F(m x m, 3 x 3) over the plane (padded to whole
+    tiles) plus its transformed weights' bytes at TILE_WEIGHT_BYTE_FLOPS each: on a large plane the
+    largest tile wins (fewest multiplications), on a small one a smaller tile (less padding, fewer
+    weight bytes)."""
+    tiles = -(-oh // m) * -(-ow // m)
+    return (m + 2) ** 2 * (2 * tiles + 4 * TILE_WEIGHT_BYTE_FLOPS)
 
 
 def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset()) -> Graph:

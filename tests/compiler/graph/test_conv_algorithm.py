@@ -26,7 +26,7 @@ def blocked(*outputs, inputs):  # type: ignore[no-untyped-def]
     return alter_conv_layout(graph(inputs, *outputs), B)
 
 
-@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("m", [2, 3, 4])
 def test_the_transforms_compute_a_correlation_exactly(m: int) -> None:
     """Y = A^T [(G g G^T) * (B^T d B)] A is the 3x3 correlation of an (m+2)-wide tile, in exact
     arithmetic: checked in float64 on random tiles."""
@@ -44,7 +44,7 @@ def test_the_op_matches_a_direct_convolution_with_odd_sizes_and_asymmetric_pads(
     w = rng.standard_normal((16, 24, 3, 3)).astype(np.float32)
     pads = (1, 0, 2, 1)
     direct = get("conv2d_nchwc").reference([x, pack_weight(w, B, B)], {**CONV, "pads": pads})
-    for m in (2, 4):
+    for m in (2, 3, 4):
         u = transform_weight(pack_weight(w, B, B), m)
         assert u.shape == (m + 2, m + 2, 2, 3, B, B)
         got = get("conv2d_winograd_nchwc").reference([x, u], {"pads": pads, "tile": m})
@@ -58,7 +58,7 @@ def test_infer_names_what_does_not_match() -> None:
     u = var("u", 6, 6, 2, 4, B, B).type
     assert op.infer([x, u], {"pads": (1, 1, 1, 1), "tile": 4}).shape == (1, 2, 10, 10, B)
     with pytest.raises(Exception, match="tile must be one of"):
-        op.infer([x, u], {"pads": (1, 1, 1, 1), "tile": 3})
+        op.infer([x, u], {"pads": (1, 1, 1, 1), "tile": 5})
     with pytest.raises(Exception, match="do not match"):
         op.infer([x, var("u", 4, 4, 2, 4, B, B).type], {"pads": (1, 1, 1, 1), "tile": 4})
     with pytest.raises(Exception, match="would be empty"):
@@ -82,14 +82,39 @@ def test_3x3_stride1_convs_with_enough_channels_become_winograd() -> None:
     assert report == {"winograd": {"c1": "F(4x4, 3x3)", "c2": "F(4x4, 3x3)"}, "direct": {}}
 
 
-@pytest.mark.parametrize(("channels", "size"), [(64, 8), (64, 16)])
-def test_short_channel_sums_take_2x2_tiles(channels: int, size: int) -> None:
-    """(Outputs under 8x8, which would take 2x2 tiles too, stay direct: see the weight-bytes rule.)"""
+@pytest.mark.parametrize(
+    ("channels", "size", "tile"),
+    [
+        (32, 16, 2),  # too short a sum over channels for the rounding of F(3x3) or F(4x4)
+        (64, 8, 2),  # F(3x3)'s 9 tiles on 8x8 pad to 9x9 and take more weights than its savings
+        (64, 16, 3),  # too short a sum for F(4x4)
+        (64, 56, 3),
+        (256, 14, 3),  # F(4x4) would pad 14x14 to 16x16, with 1.44x F(3x3)'s weights
+        (256, 28, 4),
+        (128, 56, 4),
+    ],
+)
+def test_the_tile_follows_the_channels_and_the_plane(channels: int, size: int, tile: int) -> None:
     x = var("x", 1, channels, size, size)
     out = choose_conv_algorithm(blocked(conv(x, 32, name="c"), inputs=[x]))
     (c,) = [c for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
-    assert c.attr("tile") == 2
-    assert algorithm_report(out, ran=True)["winograd"] == {"c": "F(2x2, 3x3)"}
+    assert c.attr("tile") == tile
+    assert algorithm_report(out, ran=True)["winograd"] == {"c": f"F({tile}x{tile}, 3x3)"}
+    assert c.args[1].type.shape[:2] == (tile + 2, tile + 2)
+
+
+def test_the_tile_cost_weighs_multiplications_against_weight_bytes() -> None:
+    from compiler.graph.passes.conv_algorithm import TILE_WEIGHT_BYTE_FLOPS, allowed_tiles, tile_cost
+
+    assert allowed_tiles(32, 56, 56) == [2]
+    assert allowed_tiles(64, 56, 56) == [2, 3]
+    assert allowed_tiles(128, 56, 56) == [2, 3, 4]
+    assert allowed_tiles(128, 7, 56) == [2, 3]
+    # 14x14: 16 tiles of F(4x4) padded to 16x16, 25 of F(3x3) padded to 15x15, per channel pair
+    assert tile_cost(14, 14, 4) == 36 * (2 * 16 + 4 * TILE_WEIGHT_BYTE_FLOPS)
+    assert tile_cost(14, 14, 3) == 25 * (2 * 25 + 4 * TILE_WEIGHT_BYTE_FLOPS)
+    for size in (28, 56, 112):  # large planes: the fewest multiplications
+        assert tile_cost(size, size, 4) < tile_cost(size, size, 3) < tile_cost(size, size, 2)
 
 
 @pytest.mark.parametrize(
