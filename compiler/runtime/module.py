@@ -168,8 +168,19 @@ def _root(plan: Plan, buf_id: BufferId) -> tuple[BufferId, int]:
     return buf.id, offset
 
 
-def _element_aligned(array: np.ndarray) -> bool:
-    return int(array.ctypes.data) % max(1, array.itemsize) == 0
+# run() hands an input or output at least this large to the kernels in place (its address in their
+# argument arrays); a smaller one is copied, which costs less than finding and rebinding an address
+DIRECT_MIN_BYTES = 16 << 10
+
+
+def _address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's first element. The buffer protocol answers in a
+    fraction of the time `array.ctypes.data` takes (which builds a helper object per call); a
+    read-only or empty array, which it refuses, goes the slow way."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(cast(Any, array)))
+    except (TypeError, ValueError, BufferError):
+        return int(array.ctypes.data)
 
 
 def _typed(plan: Plan, views: Mapping[BufferId, np.ndarray], buf_id: BufferId) -> np.ndarray:
@@ -218,6 +229,8 @@ class Module:
                     self._slots.setdefault(root, []).append((pointers, index, offset))
         self._calls = tuple(calls)
         self._steps = _native_steps(self._library, self._calls)
+        self._code = ctypes.c_int32(0)
+        self._code_ref = ctypes.byref(self._code)
         self._feeds = {name: _typed(plan, views, buf_id) for name, buf_id in plan.inputs}
         self._input_ids = dict(plan.inputs)
         outputs = self._output_ids = dict(plan.outputs)
@@ -228,7 +241,11 @@ class Module:
         output_roots = {name: _root(plan, buf_id) for name, buf_id in plan.outputs}
         read_back = {root for root, _ in output_roots.values() if plan.buffers[root].kind == "input"}
         self._direct_inputs = {
-            name for name, buf_id in plan.inputs if buf_id in self._slots and buf_id not in read_back
+            name
+            for name, buf_id in plan.inputs
+            if buf_id in self._slots
+            and buf_id not in read_back
+            and self._feeds[name].nbytes >= DIRECT_MIN_BYTES
         }
         self._direct_outputs = {
             name
@@ -237,7 +254,9 @@ class Module:
             and plan.buffers[root].kind == "output"
             and offset == 0
             and list(outputs.values()).count(root) == 1
+            and self._results[name].nbytes >= DIRECT_MIN_BYTES
         }
+        self._expected = ", ".join(s.name for s in self._inputs) or "(none)"
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
@@ -279,10 +298,9 @@ class Module:
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
             raise InputError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}")
-        expected = ", ".join(s.name for s in self._inputs) or "(none)"
         for name in feeds:
             if name not in self._feeds:
-                raise InputError(f"unknown input {name!r}; this model takes: {expected}")
+                raise InputError(f"unknown input {name!r}; this model takes: {self._expected}")
         arrays = {}
         for spec in self._inputs:
             if spec.name not in feeds:
@@ -300,10 +318,10 @@ class Module:
     def _execute(self) -> None:
         if self._steps is not None:
             run, count, kernels, args = self._steps
-            code = ctypes.c_int32(0)
-            index = run(count, kernels, args, ctypes.byref(code))
-            if code.value:
-                raise KernelError(self._calls[index][2], index, code.value)
+            self._code.value = 0
+            index = run(count, kernels, args, self._code_ref)
+            if self._code.value:
+                raise KernelError(self._calls[index][2], index, self._code.value)
             return
         for index, (fn, pointers, kernel) in enumerate(self._calls):
             code_ = fn(pointers)
@@ -315,23 +333,31 @@ class Module:
         in the order of `outputs`."""
         arrays = self._check_feeds(feeds)
         with self._lock:
+            moved: list[BufferId] = []
             try:
                 for name, array in arrays.items():
-                    if name in self._direct_inputs and array.flags.c_contiguous and _element_aligned(array):
-                        self._point(self._input_ids[name], array.ctypes.data)
+                    address = (
+                        _address(array) if name in self._direct_inputs and array.flags.c_contiguous else -1
+                    )
+                    if address >= 0 and address % array.itemsize == 0:
+                        root = self._input_ids[name]
+                        moved.append(root)
+                        self._point(root, address)
                     else:
-                        np.copyto(self._feeds[name], array)
+                        self._feeds[name][...] = array
                 fresh = {}
-                for name, view in self._results.items():
-                    if name in self._direct_outputs:
-                        fresh[name] = np.empty(view.shape, view.dtype)
-                        self._point(self._output_ids[name], fresh[name].ctypes.data)
+                for name in self._direct_outputs:
+                    view = self._results[name]
+                    fresh[name] = np.empty(view.shape, view.dtype)
+                    root = self._output_ids[name]
+                    moved.append(root)
+                    self._point(root, _address(fresh[name]))
                 self._execute()
                 results = self._results.items()
                 return {name: fresh[name] if name in fresh else view.copy() for name, view in results}
             finally:
-                for root, base in self._own.items():
-                    self._point(root, base)
+                for root in moved:
+                    self._point(root, self._own[root])
 
     def _point(self, root: BufferId, base: int) -> None:
         for pointers, index, offset in self._slots.get(root, ()):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import compiler.runtime.module as module_py
 from compiler.runtime import ArtifactError, InputError, KernelError, TensorSpec, load, write_artifact
 from tests.compiler.runtime import tiny
 
@@ -64,11 +65,24 @@ def test_outputs_are_copies(artifact: Path) -> None:
     np.testing.assert_allclose(second["w"], tiny.W)
 
 
-def test_inputs_are_read_in_place_and_every_run_returns_its_own_outputs(artifact: Path) -> None:
-    """run() passes contiguous inputs and fresh output arrays straight to the kernels: the caller's
-    input is never written, an earlier result is never overwritten, and the module's own memory is
-    back in place afterwards (benchmark and later runs do not touch the caller's arrays)."""
+@pytest.fixture(params=["in-place", "copied"])
+def in_place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """run() hands inputs and outputs of DIRECT_MIN_BYTES or more to the kernels in place and copies
+    smaller ones; the tiny model's are small, so the in-place case lowers the bar to every array."""
+    if request.param == "in-place":
+        monkeypatch.setattr(module_py, "DIRECT_MIN_BYTES", 0)
+    return bool(request.param == "in-place")
+
+
+def test_inputs_are_read_in_place_and_every_run_returns_its_own_outputs(
+    artifact: Path, in_place: bool
+) -> None:
+    """run() passes contiguous inputs and fresh output arrays straight to the kernels (or copies
+    small ones): the caller's input is never written, an earlier result is never overwritten, and
+    the module's own memory is back in place afterwards (benchmark and later runs do not touch the
+    caller's arrays)."""
     module = load(artifact)
+    assert (module._direct_inputs == {"x"}) is in_place
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     kept = x.copy()
     first = module.run({"x": x})
@@ -82,11 +96,27 @@ def test_inputs_are_read_in_place_and_every_run_returns_its_own_outputs(artifact
     np.testing.assert_allclose(module.run({"x": kept})["y"], tiny.reference(kept)["y"])
 
 
-def test_accepts_non_contiguous_input(artifact: Path) -> None:
+def test_accepts_non_contiguous_input(artifact: Path, in_place: bool) -> None:
     module = load(artifact)
     x = np.arange(6, dtype=np.float32).reshape(3, 2).T  # a transposed (Fortran-ordered) view
     assert not x.flags.c_contiguous
     np.testing.assert_allclose(module.run({"x": x})["y"], tiny.reference(np.ascontiguousarray(x))["y"])
+
+
+def test_accepts_read_only_and_misaligned_inputs(artifact: Path, in_place: bool) -> None:
+    """A read-only array (the buffer protocol will not give its address for writing) and one whose
+    data is not aligned to its element size (a view one byte into a buffer) both run correctly."""
+    module = load(artifact)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    frozen = np.frombuffer(x.tobytes(), dtype=np.float32).reshape(2, 3)
+    assert not frozen.flags.writeable
+    raw = np.zeros(x.nbytes + 1, np.uint8)
+    shifted = raw[1:].view(np.float32).reshape(2, 3)
+    shifted[...] = x
+    assert shifted.ctypes.data % 4 != 0
+    for feed in (frozen, shifted):
+        for name, want in tiny.reference(x).items():
+            np.testing.assert_array_equal(module.run({"x": feed})[name], want)
 
 
 def test_loads_from_bytes(artifact: Path) -> None:
