@@ -1,8 +1,9 @@
 """A loaded artifact: its library opened with ctypes, its memory laid out once, run() over the plan.
 
 All memory (params, workspace, input and output buffers) and every kernel's argument array are
-built at load time, so run() only copies inputs in, calls the kernels in order and copies
-outputs out. A lock makes one Module safe to share between threads (calls are serialized).
+built at load time, so run() only copies small inputs in (large ones it hands to the kernels in
+place, see DIRECT_MIN_BYTES), calls the kernels in order and copies small outputs out. A lock
+makes one Module safe to share between threads (calls are serialized).
 """
 
 from __future__ import annotations
