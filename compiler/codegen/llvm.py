@@ -97,6 +97,10 @@ _MEM_TYPES: dict[str, ir.Type] = {
 }
 
 
+# the value a reduction step's op leaves unchanged: masked-off lanes and fresh vector accumulators
+_IDENTITY = {"+": 0.0, "max": float("-inf"), "min": float("inf")}
+
+
 def reg_type(dtype: str) -> ir.Type:
     return I1 if dtype == "bool" else _MEM_TYPES[dtype]
 
@@ -146,6 +150,9 @@ class KernelEmitter:
         # (compiler/codegen/stream.py)
         self._stream = next((p for p in func.params if p.name == stream), None)
         self._stream_at = stream_loop(func.body) if self._stream is not None else None
+        # reduction steps accumulating into a vector slot while their loop runs (_vector_accumulated),
+        # by the identity of their Store
+        self._vector_slots: dict[int, tuple[ir.Value, ir.VectorType]] = {}
 
     # ------------------------------------------------------------------ entry points
     def emit(self) -> ir.Function:
@@ -591,27 +598,96 @@ class KernelEmitter:
         b = ctx.builder
         value = s.value
         assert isinstance(value, BinOp)
-        mem = _MEM_TYPES[s.buffer.dtype]
         x = self._expr(ctx, value.b)
         if not isinstance(x.type, ir.VectorType):
             x = self._splat(b, x, lanes)
         vt = x.type
         if ctx.mask is not None:
-            identity = {"+": 0.0, "max": float("-inf"), "min": float("inf")}[op]
-            x = b.select(ctx.mask, x, ir.Constant(vt, [identity] * lanes))
-        code = f"v{lanes}{'f64' if mem == F64 else 'f32'}"
+            x = b.select(ctx.mask, x, ir.Constant(vt, [_IDENTITY[op]] * lanes))
+        slot, slot_type = self._vector_slots.get(id(s), (None, None))
+        if slot is not None and slot_type == vt:
+            b.store(self._combine(b, op, b.load(slot, typ=vt), x), slot)
+            return True
         with ctx.scalar(unmasked=True):
             ptr = self._ptr(ctx, s.buffer, self._expr(ctx, off))
-            acc = b.load(ptr, typ=mem)
-            if op == "+":
-                name = f"llvm.vector.reduce.fadd.{code}"
-                r = b.call(self._extern(name, mem, [mem, vt]), [acc, x], fastmath=("reassoc", "contract"))
-            else:
-                name = f"llvm.vector.reduce.f{op}.{code}"
-                lanes_combined = b.call(self._extern(name, mem, [vt]), [x])
-                r = b.call(self._intrinsic(f"{op}num", mem), [acc, lanes_combined])
-            b.store(r, ptr)
+            b.store(self._combine_lanes(b, op, b.load(ptr, typ=_MEM_TYPES[s.buffer.dtype]), x), ptr)
         return True
+
+    def _combine(self, b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value) -> ir.Value:
+        """op(acc, x) of two values of one type (lane by lane for vectors)."""
+        if op == "+":
+            r = b.fadd(acc, x)
+            r.flags.extend(["reassoc", "contract"])
+            return r
+        return b.call(self._intrinsic(f"{op}num", acc.type), [acc, x])
+
+    def _combine_lanes(self, b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value) -> ir.Value:
+        """op(acc, op over the lanes of vector x), acc a scalar."""
+        vt, mem = x.type, acc.type
+        code = f"v{vt.count}{'f64' if mem == F64 else 'f32'}"
+        if op == "+":
+            name = f"llvm.vector.reduce.fadd.{code}"
+            return b.call(self._extern(name, mem, [mem, vt]), [acc, x], fastmath=("reassoc", "contract"))
+        # halving steps of vector maxnum/minnum: LLVM expands its fmax/fmin reductions into a chain
+        # of scalar steps, each with its own NaN test
+        while vt.count > 1 and vt.count % 2 == 0:
+            half = vt.count // 2
+            lo = b.shuffle_vector(x, x, ir.Constant(ir.VectorType(I32, half), list(range(half))))
+            hi = b.shuffle_vector(x, x, ir.Constant(ir.VectorType(I32, half), list(range(half, vt.count))))
+            x = self._combine(b, op, lo, hi)
+            vt = x.type
+        if vt.count > 1:
+            code = f"v{vt.count}{'f64' if mem == F64 else 'f32'}"
+            x = b.call(self._extern(f"llvm.vector.reduce.f{op}.{code}", mem, [vt]), [x])
+        else:
+            x = b.extract_element(x, ir.Constant(I32, 0))
+        return self._combine(b, op, acc, x)
+
+    def _vector_accumulated(self, ctx: _Ctx, s: For) -> Store | None:
+        """The max or min step of loop `s` when its body is a vectorized loop running only that
+        step (`acc[i] = op(acc[i], x)`, maybe predicated) into an accumulator that neither loop
+        indexes: softmax's row maximum and ReduceMax split into vector steps. Such a step then keeps
+        a vector of partial results over the whole of `s`, combined across lanes once after it
+        (_accumulated_loop), not once per step: the combination is a chain of halving steps longer
+        than the step's own arithmetic. Sums keep their per-step combination: LLVM reassociates
+        those itself, and a vector slot for LayerNorm's sums measured no faster."""
+        inner = s.body
+        if not isinstance(inner, For) or ctx.vec is not None:
+            return None
+        if inner.kind is not ForKind.VECTORIZED or inner.extent < 2 or not _vectorizable(inner):
+            return None
+        step = inner.body
+        if isinstance(step, IfThenElse) and step.orelse is None:
+            step = step.then
+        if not isinstance(step, Store) or lane_combine(step) in (None, "+"):
+            return None
+        indexed = {x for i in step.indices for x in walk_expr(i) if isinstance(x, Var)}
+        value = step.value
+        assert isinstance(value, BinOp)
+        if s.var in indexed or inner.var in indexed or id(step) in self._vector_slots:
+            return None
+        if any(isinstance(x, Load) and x.buffer is step.buffer for x in walk_expr(value.b)):
+            return None
+        return step
+
+    def _accumulated_loop(self, ctx: _Ctx, s: For, step: Store, emit: Callable[[], None]) -> None:
+        """Loop `s` (emitted by `emit`) with `step` accumulating into a vector slot set to the
+        op's identity before it; after it, the slot's lanes combined into the accumulator."""
+        op = lane_combine(step)
+        assert op is not None and isinstance(s.body, For)
+        mem = _MEM_TYPES[step.buffer.dtype]
+        vt = ir.VectorType(mem, s.body.extent)
+        slot = ctx.entry.alloca(vt, name=f"{step.buffer.name}.lanes")
+        b = ctx.builder
+        b.store(ir.Constant(vt, [_IDENTITY[op]] * vt.count), slot)
+        self._vector_slots[id(step)] = (slot, vt)
+        try:
+            emit()
+        finally:
+            del self._vector_slots[id(step)]
+        b = ctx.builder
+        ptr = self._ptr(ctx, step.buffer, self._expr(ctx, flat_offset(step.buffer, step.indices, ctx.ranges)))
+        b.store(self._combine_lanes(b, op, b.load(ptr, typ=mem), b.load(slot, typ=vt)), ptr)
 
     def _accumulate(self, ctx: _Ctx, s: Store) -> ir.Value | None:
         """`buf[i] = buf[i] + x` (a reduction step): the add may be reassociated and contracted (an
@@ -756,7 +832,15 @@ class KernelEmitter:
             ctx.vec = (s.var, s.extent)
             self._stmt(ctx, s.body)
             ctx.vec = None
-        elif s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and s.extent <= MAX_UNROLL_EXTENT:
+        elif (step := self._vector_accumulated(ctx, s)) is not None:
+            self._accumulated_loop(ctx, s, step, lambda: self._sequential(ctx, s))
+        else:
+            self._sequential(ctx, s)
+
+    def _sequential(self, ctx: _Ctx, s: For) -> None:
+        """A serial or unrolled loop (one that is not vectorized where it stands): short unrolled
+        loops as repeated bodies, the others counted."""
+        if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and s.extent <= MAX_UNROLL_EXTENT:
             for i in range(s.extent):
                 ctx.vars[s.var] = ir.Constant(I64, i)
                 ctx.loops.append((ctx.vars[s.var], s.extent))
