@@ -606,19 +606,15 @@ class KernelEmitter:
             x = b.select(ctx.mask, x, ir.Constant(vt, [_IDENTITY[op]] * lanes))
         slot, slot_type = self._vector_slots.get(id(s), (None, None))
         if slot is not None and slot_type == vt:
-            b.store(self._combine(b, op, b.load(slot, typ=vt), x), slot)
+            b.store(self._min_max(b, op, b.load(slot, typ=vt), x), slot)
             return True
         with ctx.scalar(unmasked=True):
             ptr = self._ptr(ctx, s.buffer, self._expr(ctx, off))
             b.store(self._combine_lanes(b, op, b.load(ptr, typ=_MEM_TYPES[s.buffer.dtype]), x), ptr)
         return True
 
-    def _combine(self, b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value) -> ir.Value:
-        """op(acc, x) of two values of one type (lane by lane for vectors)."""
-        if op == "+":
-            r = b.fadd(acc, x)
-            r.flags.extend(["reassoc", "contract"])
-            return r
+    def _min_max(self, b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value) -> ir.Value:
+        """max or min (`op`) of two values of one type, lane by lane for vectors (NaN-ignoring)."""
         return b.call(self._intrinsic(f"{op}num", acc.type), [acc, x])
 
     def _combine_lanes(self, b: ir.IRBuilder, op: str, acc: ir.Value, x: ir.Value) -> ir.Value:
@@ -634,14 +630,14 @@ class KernelEmitter:
             half = vt.count // 2
             lo = b.shuffle_vector(x, x, ir.Constant(ir.VectorType(I32, half), list(range(half))))
             hi = b.shuffle_vector(x, x, ir.Constant(ir.VectorType(I32, half), list(range(half, vt.count))))
-            x = self._combine(b, op, lo, hi)
+            x = self._min_max(b, op, lo, hi)
             vt = x.type
         if vt.count > 1:
             code = f"v{vt.count}{'f64' if mem == F64 else 'f32'}"
             x = b.call(self._extern(f"llvm.vector.reduce.f{op}.{code}", mem, [vt]), [x])
         else:
             x = b.extract_element(x, ir.Constant(I32, 0))
-        return self._combine(b, op, acc, x)
+        return self._min_max(b, op, acc, x)
 
     def _vector_accumulated(self, ctx: _Ctx, s: For) -> Store | None:
         """The max or min step of loop `s` when its body is a vectorized loop running only that
@@ -664,14 +660,14 @@ class KernelEmitter:
         indexed = {x for i in step.indices for x in walk_expr(i) if isinstance(x, Var)}
         value = step.value
         assert isinstance(value, BinOp)
-        if s.var in indexed or inner.var in indexed or id(step) in self._vector_slots:
+        if s.var in indexed or inner.var in indexed:
             return None
         if any(isinstance(x, Load) and x.buffer is step.buffer for x in walk_expr(value.b)):
             return None
         return step
 
-    def _accumulated_loop(self, ctx: _Ctx, s: For, step: Store, emit: Callable[[], None]) -> None:
-        """Loop `s` (emitted by `emit`) with `step` accumulating into a vector slot set to the
+    def _accumulated_loop(self, ctx: _Ctx, s: For, step: Store) -> None:
+        """Loop `s` with `step` accumulating into a vector slot set to the
         op's identity before it; after it, the slot's lanes combined into the accumulator."""
         op = lane_combine(step)
         assert op is not None and isinstance(s.body, For)
@@ -682,7 +678,7 @@ class KernelEmitter:
         b.store(ir.Constant(vt, [_IDENTITY[op]] * vt.count), slot)
         self._vector_slots[id(step)] = (slot, vt)
         try:
-            emit()
+            self._sequential(ctx, s)
         finally:
             del self._vector_slots[id(step)]
         b = ctx.builder
@@ -833,7 +829,7 @@ class KernelEmitter:
             self._stmt(ctx, s.body)
             ctx.vec = None
         elif (step := self._vector_accumulated(ctx, s)) is not None:
-            self._accumulated_loop(ctx, s, step, lambda: self._sequential(ctx, s))
+            self._accumulated_loop(ctx, s, step)
         else:
             self._sequential(ctx, s)
 
