@@ -158,7 +158,7 @@ class Build:
     # llvm
     library: CodeLibrary | None = None
     # asm
-    object_code: bytes = b""
+    objects: list[bytes] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # stage -> its wall time
 
     @classmethod
@@ -270,20 +270,21 @@ def _schedule(b: Build) -> None:
 
 
 def _emit_llvm(b: Build) -> None:
-    """TIR -> LLVM IR, optimized for the target CPU; a kernel equal to an earlier one is an alias."""
+    """TIR -> LLVM IR (optimized for the target CPU when printed, else by `_emit_object`, in parts);
+    a kernel equal to an earlier one is an alias."""
     lib = b.library = CodeLibrary(b.target)
     for k in b.kernels:
         if k.same_as is not None:
             lib.add_alias(k.symbol, k.same_as)
         else:
             lib.add_kernel(k.flat, k.symbol, stream_param(k.flat, k.workload.const_params, k.workload.flops))
-    lib.finalize()
 
 
 def _emit_object(b: Build) -> None:
-    """Machine code for the target CPU (compile links it with the runtime into a shared library)."""
+    """Machine code for the target CPU, optimized and emitted in parallel parts where the IR is
+    large (compile links them with the runtime into a shared library)."""
     assert b.library is not None
-    b.object_code = b.library.object_code()
+    b.objects = b.library.objects()
 
 
 def _kernels_text(b: Build) -> str:
@@ -526,7 +527,7 @@ def _compile_model(
     b = run_stages(Build.start(model, options, schedules))
     fr, kernels = b.need_frontier(), b.kernels
     t1 = time.perf_counter()
-    library = link_shared(b.object_code)
+    library = link_shared(b.objects)
     of_call: dict[Call, Kernel | None] = {g.call: k for g, k in zip(fr.kernels, kernels, strict=True)}
     of_call.update({a: None for a in fr.aliases})
     plan, params = make_plan(fr.fused, of_call)  # buffers, workspace reuse, packed constants

@@ -44,7 +44,7 @@ def _run(func: PrimFunc, stream: str | None, *arrays: np.ndarray) -> str:
     """Compile `func` (streaming `stream`), run it on `arrays` in place; returns its LLVM IR."""
     lib = CodeLibrary(host_target())
     lib.add_kernel(func, "kernel", stream)
-    text = str(lib.module)
+    text = lib.ir_text()
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "k.so"
         path.write_bytes(lib.shared_library())
