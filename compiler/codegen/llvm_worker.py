@@ -16,6 +16,7 @@ from compiler.target import Target
 
 def main(argv: list[str]) -> int:
     source, out, triple, cpu, features = argv
+    # the machine code depends on these three only (library.target_machine); the rest is unused here
     target = Target(triple=triple, cpu=cpu, features=features, vector_bits=0, cores=1)
     Path(out).write_bytes(emit_object([Path(source).read_text()], target))
     return 0
