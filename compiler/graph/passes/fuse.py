@@ -9,7 +9,10 @@ Rules (with fuse=True; fuse=False makes every op its own group):
   output, provided that, when the group holds an anchor/reduction, the op keeps the group's output
   shape (an epilogue computed at the anchor's output points: bias, BN shift, residual, activation);
 - an INJECTIVE op joins such a producer's group only if the group holds no anchor/reduction, so
-  chains of injective and elementwise ops become one kernel;
+  chains of injective and elementwise ops become one kernel; but a reshape that would end such a
+  group becomes a group of its own (an alias: a view of the same memory, no kernel), so the
+  group's kernel runs over its own shape (over the reshape's, every index of its chain would be
+  rebuilt with a division and a remainder per merged or split axis);
 - a group never holds two anchors/reductions; secondary inputs (residual, bias) become extra params;
 - a group holds at most MAX_GROUP_OPS ops: a kernel's loop nest inlines its whole chain into one
   expression, and a chain of thousands would make every later stage (scheduling, codegen) slow and
@@ -81,6 +84,16 @@ def _target_group(
         return None
     with_anchor = [g for g in choices if groups[g].anchor is not None]
     return (with_anchor or choices)[0]
+
+
+def _trailing_reshape(building: _Building) -> Call | None:
+    """Take a reshape ending a group of other ops off it (its input, the member before it, becomes the
+    group's output) and return it; None when the group does not end in one."""
+    last = building.members[-1]
+    if last.op != "reshape" or all(m.op == "reshape" for m in building.members):
+        return None
+    building.members.pop()
+    return last
 
 
 def _group_name(members: list[Call], index: int) -> str:
@@ -158,6 +171,10 @@ def partition(graph: Graph, fuse: bool = True) -> Graph:
         else:
             groups[target].members.append(call)
         group_of[id(call)] = target
+    for building in list(groups):
+        reshape = _trailing_reshape(building)
+        if reshape is not None:
+            groups.append(_Building([reshape], None))
 
     memo: dict[int, Expr] = {id(v): v for v in graph.inputs}
     for node in graph.nodes():

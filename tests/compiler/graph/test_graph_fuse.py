@@ -166,6 +166,23 @@ def test_injective_chains_fuse_but_not_after_an_anchor() -> None:
     assert [gr.ops for gr in groups_of(fused)] == [["matmul"], ["reshape", "transpose", "reshape", "exp"]]
 
 
+def test_a_reshape_ending_a_chain_is_an_alias_of_its_own() -> None:
+    """The chain's kernel runs over its own shape; the reshape after it is a view (a group of
+    reshapes alone), where a reshape inside a chain still fuses with what follows it."""
+    x = var("x", 2, 3, 4)
+    y = call("reshape", call("relu", call("transpose", x, perm=(0, 2, 1))), shape=(2, 12))
+    g = graph([x], call("exp", call("reshape", call("sigmoid", y), shape=(24,))))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [
+        ["transpose", "relu", "reshape", "sigmoid", "reshape", "exp"]
+    ]
+    tail = graph([x], call("reshape", call("relu", call("transpose", x, perm=(0, 2, 1))), shape=(2, 12)))
+    fused = partition(tail)
+    check_fused(tail, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [["transpose", "relu"], ["reshape"]]
+
+
 def test_epilogue_must_keep_the_anchor_shape() -> None:
     x = var("x", 1, 3, 4, 4)
     conv = call("conv2d", x, const("w", 2, 3, 3, 3), **CONV)
