@@ -20,6 +20,7 @@ from compiler.graph.passes.fold_batch_norm import fold_batch_norm
 from compiler.graph.passes.fold_constants import fold_constants
 from compiler.graph.passes.fuse import Group, partition, print_fused
 from compiler.graph.passes.pointwise_matmul import pointwise_conv_to_matmul
+from compiler.graph.passes.pointwise_rows import pointwise_conv_rows
 from compiler.graph.passes.simplify import simplify
 
 
@@ -76,6 +77,8 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
     # reshapes this leaves between two such layers cancel out
     ("pointwise_conv_to_matmul", _plain(pointwise_conv_to_matmul)),
+    # blocked 1x1 convs over small planes -> the same conv over the plane as one row of pixels
+    ("pointwise_conv_rows", _plain(pointwise_conv_rows)),
     ("simplify_reshapes", _plain(simplify)),
     (
         "common_subexpression_elimination",
@@ -182,6 +185,7 @@ __all__ = [
     "optional_passes",
     "partition",
     "partition_pass",
+    "pointwise_conv_rows",
     "pointwise_conv_to_matmul",
     "print_fused",
     "run_passes",

@@ -15,11 +15,8 @@ reshape back to NCHW moves below it, where it is free (a reshape is an alias, no
 
 from __future__ import annotations
 
-import math
-
-from compiler.graph.ir import Call, Const, Expr, Graph, rewrite
-from compiler.ops import registry
-from compiler.ops.registry import Pattern
+from compiler.graph.ir import Call, Const, Expr, Graph
+from compiler.graph.passes.flat_view import reshape, sink_flat_views
 from compiler.tensor_type import TensorType
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
@@ -53,10 +50,6 @@ def _is_pointwise(call: Call) -> bool:
     )
 
 
-def _reshape(x: Expr, shape: tuple[int, ...], name: str) -> Call:
-    return Call("reshape", (x,), (("shape", shape),), TensorType(shape, x.type.dtype), name)
-
-
 def _flat_view(operand: Expr, out_shape: tuple[int, ...], name: str) -> Expr | None:
     """`operand` (broadcast against an (n, c, h, w) result) on the (n, c, h*w) view, or None when
     it broadcasts along h but not w (or the reverse)."""
@@ -74,48 +67,22 @@ def _flat_view(operand: Expr, out_shape: tuple[int, ...], name: str) -> Expr | N
     new_shape = (full[0], full[1], spatial)
     if isinstance(operand, Const):
         return Const(f"{operand.name}.flat", operand.data.reshape(new_shape))
-    return _reshape(operand, new_shape, name)
+    return reshape(operand, new_shape, name)
+
+
+def _as_matmul(call: Call, args: tuple[Expr, ...]) -> Expr | None:
+    """A pointwise conv as the matmul W[oc, ic] @ X[n, ic, h*w], or None for any other op."""
+    if not _is_pointwise(Call(call.op, args, call.attrs, call.type, call.name)):
+        return None
+    x, w = args
+    assert isinstance(w, Const)  # _is_pointwise checked it
+    n, ic, h, wd = x.type.shape
+    oc = call.type.shape[1]
+    flat = reshape(x, (n, ic, h * wd), f"{call.name}.flatten")
+    weight = Const(f"{w.name}.matrix", w.data.reshape(oc, ic))
+    return Call("matmul", (weight, flat), (), TensorType((n, oc, h * wd), call.type.dtype), call.name)
 
 
 def pointwise_conv_to_matmul(graph: Graph) -> Graph:
-    created: set[int] = set()  # ids of the NCHW reshapes this pass made (only those move down)
-
-    def rule(call: Call, args: tuple[Expr, ...]) -> Expr | None:
-        if call.op == "fused":
-            return None
-        if _is_pointwise(Call(call.op, args, call.attrs, call.type, call.name)):
-            x, w = args
-            assert isinstance(w, Const)  # _is_pointwise checked it
-            n, ic, h, wd = x.type.shape
-            oc = call.type.shape[1]
-            flat = _reshape(x, (n, ic, h * wd), f"{call.name}.flatten")
-            weight = Const(f"{w.name}.matrix", w.data.reshape(oc, ic))
-            mm = Call("matmul", (weight, flat), (), TensorType((n, oc, h * wd), call.type.dtype), call.name)
-            back = _reshape(mm, call.type.shape, f"{call.name}.unflatten")
-            created.add(id(back))
-            return back
-        pattern = registry.get(call.op).pattern
-        moved = [a for a in args if isinstance(a, Call) and id(a) in created]
-        if pattern > Pattern.BROADCAST or not moved or call.type.ndim != 4:
-            return None
-        inner = moved[0].args[0]
-        if any(a.type.shape != call.type.shape for a in moved):
-            return None  # the moved reshape's result is broadcast: keep the op in NCHW
-        new_args = []
-        for k, a in enumerate(args):
-            if isinstance(a, Call) and id(a) in created:
-                new_args.append(a.args[0])
-                continue
-            view = _flat_view(a, call.type.shape, f"{call.name}.flatten{k}")
-            if view is None:
-                return None
-            new_args.append(view)
-        flat_shape = inner.type.shape
-        if math.prod(flat_shape) != math.prod(call.type.shape):
-            return None
-        op = Call(call.op, tuple(new_args), call.attrs, TensorType(flat_shape, call.type.dtype), call.name)
-        back = _reshape(op, call.type.shape, f"{call.name}.unflatten")
-        created.add(id(back))
-        return back
-
-    return rewrite(graph, rule)
+    """Every pointwise conv over a large plane as a matmul, its epilogue on the (n, c, h*w) view."""
+    return sink_flat_views(graph, _as_matmul, _flat_view)
