@@ -6,10 +6,9 @@ most rows end in a narrower tile, which keeps fewer FMAs in flight, and every ro
 loop over. A 1x1 convolution with stride 1 and no padding reads pixel p of its input for output
 pixel p, so over the [N, C/b, 1, H*W, b] view of the same memory (a reshape: free) it is the same
 convolution on a single row of H*W columns: the tiles run back to back across row ends, and only
-the plane's last tile may be narrower. On ResNet-50's 7x7 planes the convs ran 10-20% faster so
-(bench: the figures are in the closing notes); large planes stay as they are: their rows are long
-enough for whole tiles, and one long row measured slower at 56x56 (a sweep of the whole plane per
-group of output channels).
+the plane's last tile may be narrower (ResNet-50's 7x7 pointwise convs measured faster so). Large
+planes stay as they are: their rows are long enough for whole tiles, and one long row measured
+slower at 56x56.
 
 The epilogue that follows (bias, residual add, activation, a squeeze-excitation scale) moves onto
 the same view (compiler/graph/passes/flat_view.py), so it stays in the conv's kernel.
