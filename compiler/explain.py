@@ -15,6 +15,7 @@ from compiler.graph.ir import Graph
 from compiler.graph.passes import PARTITIONS, Group, implementations
 from compiler.graph.passes.alter_layout import why_planar
 from compiler.graph.passes.conv_algorithm import algorithm_report
+from compiler.graph.passes.pointwise_rows import why_rows
 from compiler.kernels import Kernel, ScheduleSource, family_rule
 from compiler.pipeline import (
     CompileOptions,
@@ -238,6 +239,14 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
                 reason = why_planar(call, block) if block > 1 else "the target has no vector block"
                 verdict = f"stays NCHW: {reason}" if reason else f"runs blocked (NCHW{block}c)"
                 out.setdefault(call.name, []).append(f"alter_layout: {verdict}")
+    if "pointwise_conv_rows" in by_pass:
+        before = fr.after_pass[names.index("pointwise_conv_rows") - 1][1]
+        for call in before.calls():
+            if call.op == "conv2d_nchwc":
+                h, w = call.type.shape[2:4]
+                reason = why_rows(call)
+                verdict = f"keeps its rows: {reason}" if reason else f"runs its {h}x{w} plane as one row"
+                out.setdefault(call.name, []).append(f"pointwise_conv_rows: {verdict}")
     report = algorithm_report(fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs)
     for name, tile in report["winograd"].items():
         out.setdefault(name, []).append(f"conv_algorithm: Winograd {tile} (the rule's conditions hold)")

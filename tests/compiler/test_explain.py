@@ -69,6 +69,22 @@ def test_a_rewritten_conv_shows_its_passes_implementations_and_reasons() -> None
     assert wino.implementation == "conv2d_winograd_nchwc"
     assert "conv_algorithm: conv2d_nchwc -> conv2d_winograd_nchwc" in wino.passes
     assert any(w.startswith("conv_algorithm: Winograd F(2x2, 3x3)") for w in wino.why)
+    assert "pointwise_conv_rows: keeps its rows: not a 1x1 conv" in conv.why
+
+
+def test_a_pointwise_conv_over_a_small_plane_says_it_runs_as_one_row() -> None:
+    rng = np.random.default_rng(1)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="pw")],
+        "pointwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 7, 7])],
+        [numpy_helper.from_array(rng.standard_normal((64, 32, 1, 1)).astype(np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    conv = _kernel_of(explain_model(model), "pw")
+    assert "pointwise_conv_rows: runs its 7x7 plane as one row" in conv.why
+    assert "pointwise_conv_rows: runs its 7x7 plane as one row" in explain_model(model).text()
 
 
 def test_a_kernel_of_an_op_family_without_a_rule_says_it_fell_back_to_the_generic_rule() -> None:
