@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from pathlib import Path
 
@@ -31,6 +32,9 @@ from compiler.pipeline import CompileOptions, compile_model
 from tests.compiler.frontend.onnx_check import make_model
 from tests.compiler.graph.graph_builders import CONV, call, const, feeds, graph, var
 from tests.models import builders
+
+# the module (the package attribute of this name is the pass function)
+fold_module = importlib.import_module("compiler.graph.passes.fold_constants")
 
 
 def check_pass(before: Graph, after: Graph, atol: float = 1e-5) -> None:
@@ -69,6 +73,43 @@ def test_fold_constants_folds_constant_subgraphs_only() -> None:
     assert ops(folded) == ["matmul", "relu"]
     weight = folded.calls()[0].args[1]
     assert isinstance(weight, Const) and weight.name == "w" and weight.type.shape == (4, 3)
+    check_pass(g, folded)
+
+
+def test_a_large_weight_transpose_folds_past_the_fold_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Gemm's transposed weight past FOLD_ELEMENTS is still folded: it only rearranges what the
+    model holds (otherwise it would be transposed again on every run)."""
+    monkeypatch.setattr(fold_module, "FOLD_ELEMENTS", 8)
+    x = var("x", 2, 4)
+    wt = call("transpose", const("w", 3, 4), perm=(1, 0))
+    g = graph([x], call("matmul", x, wt))
+    folded = fold_constants(g)
+    assert ops(folded) == ["matmul"]
+    check_pass(g, folded)
+
+
+def test_past_the_fold_limit_only_rearrangements_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fold_module, "FOLD_ELEMENTS", 8)
+    x = var("x", 4, 4)
+    grown = call("expand", const("row", 1, 4), shape=(4, 4))  # 16 elements out of 4: it amplifies
+    product = call("matmul", const("a", 4, 4), const("b", 4, 4))  # no larger, but not a rearrangement
+    g = graph([x], call("add", call("add", x, grown), product))
+    folded = fold_constants(g)
+    assert Counter(ops(folded)) == Counter(["expand", "matmul", "add", "add"])
+    check_pass(g, folded)
+
+
+def test_large_folds_stay_within_the_models_own_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results past the limit together take no more elements than the model's constants hold: a chain
+    of transposes of one large weight folds once, then runs."""
+    monkeypatch.setattr(fold_module, "FOLD_ELEMENTS", 8)
+    once = call("transpose", const("w", 3, 4), perm=(1, 0))
+    twice = call("transpose", once, perm=(1, 0))
+    x = var("x", 3, 4)
+    g = graph([x], call("add", x, twice))
+    folded = fold_constants(g)
+    assert ops(folded) == ["transpose", "add"]
+    assert isinstance(folded.calls()[0].args[0], Const)
     check_pass(g, folded)
 
 
