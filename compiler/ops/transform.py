@@ -55,7 +55,7 @@ def _transpose_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> Tens
 
 
 def _transpose(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(a[0], attrs["perm"]))
+    return np.array(np.transpose(a[0], attrs["perm"]), order="C")  # (ascontiguousarray: 0-d -> 1-d)
 
 
 def _concat_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
@@ -105,7 +105,7 @@ def _slice(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
         slice(s, e if e >= 0 else None, st)
         for s, e, st in zip(attrs["starts"], attrs["ends"], attrs["steps"], strict=True)
     )
-    return np.ascontiguousarray(a[0][index])
+    return np.array(a[0][index], order="C")
 
 
 def _gather_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
@@ -136,7 +136,7 @@ def _expand_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorT
 
 
 def _expand(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    return np.ascontiguousarray(np.broadcast_to(a[0], attrs["shape"]))
+    return np.array(np.broadcast_to(a[0], attrs["shape"]), order="C")
 
 
 def _pad_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:

@@ -341,3 +341,20 @@ def test_resize_nearest_rounding_modes() -> None:
     ceil = run("resize", [x], nearest_mode="round_prefer_ceil", **base)
     np.testing.assert_array_equal(floor[0], [0, 0, 1, 1, 2, 2, 3, 3])
     np.testing.assert_array_equal(ceil[0], [0, 1, 1, 2, 2, 3, 3, 3])
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("expand", {"shape": ()}),  # BEiT's relative position index: Expand(scalar, Shape(scalar))
+        ("transpose", {"perm": ()}),
+        ("slice", {"starts": (), "ends": (), "steps": (), "axes": ()}),
+    ],
+)
+def test_references_keep_a_scalar_a_scalar(op: str, attrs: dict[str, Any]) -> None:
+    """A 0-d argument gives a 0-d result, as inferred (np.ascontiguousarray would make it 1-d)."""
+    x = np.array(3, np.int64)
+    inferred = get(op).infer([TensorType((), "int64")], dict(attrs_of(attrs)))
+    out = get(op).reference([x], attrs)
+    assert out.shape == inferred.shape == ()
+    assert out == 3
