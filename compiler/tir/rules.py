@@ -26,6 +26,10 @@ INLINE_TAGS = ("elemwise", "broadcast", "injective", "pad")
 MIN_PARALLEL_WORK = 1 << 15  # output elements of an elementwise/injective nest
 MIN_PARALLEL_FLOPS = 1 << 20  # arithmetic of an anchor kernel (conv, matmul)
 MIN_SHORT_VECTOR = 4  # an innermost loop narrower than a vector still runs as one from this extent
+# a reduction computed inside the output's parallel loop may run at most this many times its own
+# iterations: an iteration of that loop that covers only part of the reduction's result (a chunk of a
+# long normalized row) would recompute all of it
+MAX_REDUCTION_RECOMPUTE = 2
 
 _Ts = TypeVarTuple("_Ts")
 
@@ -148,7 +152,9 @@ def vars_of(e: Expr) -> list[Var]:
 def place_producers(sch: Schedule, info: KernelInfo, loop: str | None) -> None:
     """Compute remaining non-output blocks at `loop` (consumers first); leave them where they are if
     that is not legal, e.g. a reduction whose result no iteration of a parallel `loop` owns (a
-    softmax's sums across the parallel axis would be written by every iteration)."""
+    softmax's sums across the parallel axis would be written by every iteration), or if it would
+    repeat a reduction's work (`MAX_REDUCTION_RECOMPUTE`): a GroupNorm's one statistic per sample,
+    computed inside a loop over chunks of the sample, would be summed again for every chunk."""
     if loop is None:
         return
     for name in reversed(sch.blocks()):
@@ -157,12 +163,24 @@ def place_producers(sch: Schedule, info: KernelInfo, loop: str | None) -> None:
         path_names = [f.var.name for f in root_loops(sch, name)]
         if loop in path_names:
             continue
+        reduces = any(iv.reduce for iv in block_of(sch, name).iter_vars)
+        before = _iterations(sch, name)
         try:
             with sch.attempt():
                 sch.compute_at(name, loop)
                 check_legal(sch.func)
+                if reduces and _iterations(sch, name) > MAX_REDUCTION_RECOMPUTE * before:
+                    raise ScheduleError(f"block {name!r} at loop {loop!r} would repeat its reduction")
         except ScheduleError:
             pass
+
+
+def _iterations(sch: Schedule, block: str) -> int:
+    """How many times `block` runs: the product of the extents of the loops around it."""
+    count = 1
+    for f in root_loops(sch, block):
+        count *= f.extent
+    return count
 
 
 def plane_rows(

@@ -208,6 +208,23 @@ def test_a_reduction_producer_is_computed_inside_each_parallel_chunk(rng: np.ran
     _check_softmax(sch, shape, 1, rng)
 
 
+def test_a_reduction_is_not_repeated_for_each_chunk_of_its_row(rng: np.random.Generator) -> None:
+    """Two long rows (a GroupNorm of one group per sample): the output's parallel loop splits each row
+    into chunks, and a row sum computed inside it would be redone for every chunk. The sums run once
+    per row, before the parallel loop."""
+    shape = (2, MIN_PARALLEL_WORK)
+    sch = _scheduled(softmax_rows(*shape))
+    (par,) = _parallel(sch)
+    assert par.extent > shape[0]  # the parallel loop covers chunks of the rows, not whole rows
+    sums = root_loops(sch, "S")
+    assert par not in sums
+    iterations = 1
+    for f in sums:
+        iterations *= f.extent
+    assert iterations == shape[0] * shape[1]
+    _check_softmax(sch, shape, 1, rng)
+
+
 def test_a_small_kernel_with_a_reduction_runs_on_one_thread(rng: np.random.Generator) -> None:
     sch = _scheduled(softmax_rows(3, LANES - 1))
     assert sch.blocks() == ["S_init", "S", "R"]
