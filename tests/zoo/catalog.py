@@ -57,6 +57,7 @@ _TORCHVISION = [
     "swin_t",
     "lraspp_mobilenet_v3",
     "fcn_resnet50",
+    "vgg11",
 ]
 _TRANSFORMERS = [
     "bert",
@@ -69,6 +70,8 @@ _TRANSFORMERS = [
     "clip_vision",
     "vit_hf",
     "whisper_encoder",
+    "beit",
+    "poolformer",
 ]
 
 _VARIANTS: list[tuple[str, str, int, bool, bool]] = [

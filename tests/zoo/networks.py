@@ -154,6 +154,7 @@ def torchvision_builders() -> dict[str, Callable[[int], Network]]:
         "swin_t": _vision(tv("swin_t")),
         "lraspp_mobilenet_v3": _vision(segmentation("lraspp_mobilenet_v3_large"), size=256, outputs=("out",)),
         "fcn_resnet50": _vision(segmentation("fcn_resnet50"), size=224, outputs=("out",)),
+        "vgg11": _vision(tv("vgg11")),  # a Gemm's weight of 25088 x 4096, past the folding limit
     }
 
 
@@ -275,6 +276,13 @@ def transformers_builders() -> dict[str, Callable[[int], Network]]:
         )
         return tf.WhisperModel(config).get_encoder()
 
+    def beit() -> nn.Module:  # relative position bias: an index built by shape math on scalars
+        config = tf.BeitConfig(**small, image_size=64, patch_size=16, use_relative_position_bias=True)
+        return tf.BeitModel(config, add_pooling_layer=False)
+
+    def poolformer() -> nn.Module:  # GroupNorm of one group: one statistic over each whole sample
+        return tf.PoolFormerModel(tf.PoolFormerConfig(depths=[1, 1, 1, 1]))
+
     return {
         "bert": _text(bert, 1000),
         "bert_eager": _text(bert_eager, 1000),
@@ -286,6 +294,8 @@ def transformers_builders() -> dict[str, Callable[[int], Network]]:
         "clip_vision": _pixels(clip_vision, 64),
         "vit_hf": _pixels(vit, 64),
         "whisper_encoder": _audio(whisper_encoder, 40, 100),
+        "beit": _pixels(beit, 64),
+        "poolformer": _pixels(poolformer, 64),
     }
 
 
