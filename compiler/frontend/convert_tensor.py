@@ -354,23 +354,31 @@ def _resize(ctx: NodeContext) -> Sequence[Expr]:
             full_scales[a] = float(np.float32(s))
     else:
         raise ctx.error("Resize needs constant scales or sizes")
+    mode = ctx.attr("mode", "nearest")
+    cubic = {}
+    if mode == "cubic":
+        cubic = {
+            "cubic_coeff_a": float(ctx.attr("cubic_coeff_a", -0.75)),
+            "exclude_outside": int(ctx.attr("exclude_outside", 0)),
+        }
     return [
         ctx.emit(
             "resize",
             [x],
-            mode=ctx.attr("mode", "nearest"),
+            mode=mode,
             coordinate_transformation_mode=ctx.attr("coordinate_transformation_mode", "half_pixel"),
             nearest_mode=ctx.attr("nearest_mode", "round_prefer_floor"),
             sizes=tuple(out),
             scales=tuple(full_scales),
+            **cubic,
         )
     ]
 
 
 def _check_resize(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
-    """Modes nearest and linear; no tf_crop_and_resize, antialias or aspect-ratio policy."""
-    if attrs.get("mode", "nearest") not in ("nearest", "linear"):
-        return f"Resize mode {attrs['mode']!r} (supported: nearest, linear)"
+    """Modes nearest, linear and cubic; no tf_crop_and_resize, antialias or aspect-ratio policy."""
+    if attrs.get("mode", "nearest") not in ("nearest", "linear", "cubic"):
+        return f"Resize mode {attrs['mode']!r} (supported: nearest, linear, cubic)"
     if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
         return "Resize coordinate_transformation_mode 'tf_crop_and_resize'"
     if attrs.get("antialias", 0):

@@ -1,8 +1,11 @@
-"""resize(x): nearest / (n-)linear resampling to a static output shape.
+"""resize(x): nearest / (n-)linear / (n-)cubic resampling to a static output shape.
 
-Attributes: mode (nearest | linear), coordinate_transformation_mode, nearest_mode, sizes (the full
-output shape) and scales (one float per axis: the scale the coordinate mapping divides by — the
-model's scales when it gave them, else output/input; they differ when in * scale is not whole).
+Attributes: mode (nearest | linear | cubic), coordinate_transformation_mode, nearest_mode, sizes (the
+full output shape) and scales (one float per axis: the scale the coordinate mapping divides by — the
+model's scales when it gave them, else output/input; they differ when in * scale is not whole); cubic
+also takes cubic_coeff_a (the kernel's A: -0.75 as PyTorch's bicubic, -0.5 as TensorFlow's) and
+exclude_outside (1: taps outside the input weigh 0 and the others are renormalised; 0: they read the
+edge). Cubic resampling reads the four inputs around each source coordinate with Keys' weights.
 Coordinates are computed in float32 with onnxruntime's formulas so ties round the same way.
 Axes with scale 1 and unchanged length are copied, not interpolated.
 """
@@ -20,14 +23,16 @@ from compiler.ops.common import (
     expect_args,
     expect_dtype,
     fail,
+    float_attr,
     floats_attr,
+    int_attr,
     ints_attr,
     str_attr,
 )
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import Expr
+from compiler.tir.ir import BinOp, Expr
 
 COORDINATE_MODES = (
     "half_pixel",
@@ -43,8 +48,12 @@ NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
     expect_args("resize", types, 1)
     x = types[0]
-    mode = str_attr(attrs, "mode", ("nearest", "linear"))
-    expect_dtype("resize", x, (FLOAT,) if mode == "linear" else NUMERIC)
+    mode = str_attr(attrs, "mode", ("nearest", "linear", "cubic"))
+    expect_dtype("resize", x, NUMERIC if mode == "nearest" else (FLOAT,))
+    if mode == "cubic":
+        float_attr(attrs, "cubic_coeff_a")
+        if int_attr(attrs, "exclude_outside") not in (0, 1):
+            raise fail(f"resize exclude_outside must be 0 or 1, got {attrs['exclude_outside']}")
     str_attr(attrs, "coordinate_transformation_mode", COORDINATE_MODES)
     str_attr(attrs, "nearest_mode", NEAREST_MODES)
     sizes = ints_attr(attrs, "sizes", x.ndim)
@@ -92,6 +101,37 @@ def nearest_indices(coords: np.ndarray, nearest_mode: str, in_len: int) -> np.nd
     return out
 
 
+def cubic_weights(t: Any, a: float, lift: Any = float) -> list[Any]:
+    """Keys' weights of the four taps at distances 1 + t, t, 1 - t, 2 - t from the source coordinate
+    (t its fraction): one formula for float32 arrays (lift: np.float32, the reference) and TIR
+    expressions (lift: _F32, `t` wrapped in it, the compute definition)."""
+    A = lift(a)
+
+    def near(d: Any) -> Any:  # |d| <= 1
+        return ((A + lift(2.0)) * d - (A + lift(3.0))) * d * d + lift(1.0)
+
+    def far(d: Any) -> Any:  # 1 < |d| < 2
+        return ((A * d - lift(5.0) * A) * d + lift(8.0) * A) * d - lift(4.0) * A
+
+    one = lift(1.0)
+    return [far(t + one), near(t), near(one - t), far(lift(2.0) - t)]
+
+
+def cubic_taps(
+    coords: np.ndarray, in_len: int, a: float, exclude_outside: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """For every source coordinate, the indices of its four taps (clamped to the edge) and their
+    weights [out_len, 4] (float32), renormalised without the outside taps when exclude_outside."""
+    base = np.floor(coords)
+    t = (coords - base).astype(np.float32)
+    weights = np.stack(cubic_weights(t, a, np.float32), axis=1).astype(np.float32)
+    taps = base.astype(np.int64)[:, None] + np.arange(-1, 3)
+    if exclude_outside:
+        weights = np.where((taps >= 0) & (taps < in_len), weights, np.float32(0))
+        weights = (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
+    return np.clip(taps, 0, in_len - 1), weights
+
+
 def _resize(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0]
     out = x
@@ -104,12 +144,19 @@ def _resize(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
         if attrs["mode"] == "nearest":
             out = np.take(out, nearest_indices(coords, attrs["nearest_mode"], in_len), axis=axis)
             continue
+        view = [1] * x.ndim
+        view[axis] = out_len
+        if attrs["mode"] == "cubic":
+            taps, weights = cubic_taps(coords, in_len, attrs["cubic_coeff_a"], attrs["exclude_outside"])
+            out = sum(
+                (np.take(out, taps[:, k], axis=axis) * weights[:, k].reshape(view) for k in range(4)),
+                start=np.zeros((), np.float32),
+            )
+            continue
         c = np.clip(coords, np.float32(0), np.float32(in_len - 1))
         lo = np.minimum(c.astype(np.int64), in_len - 1)
         hi = np.minimum(lo + 1, in_len - 1)
         w_hi = (c - lo.astype(np.float32)).astype(np.float32)
-        view = [1] * x.ndim
-        view[axis] = out_len
         w_hi = w_hi.reshape(view)
         out = np.take(out, lo, axis=axis) * (np.float32(1) - w_hi) + np.take(out, hi, axis=axis) * w_hi
     return np.ascontiguousarray(out.astype(x.dtype))
@@ -162,10 +209,17 @@ def _interpolate(
             c = _source_coord(ix[a], x.shape[a], out_shape[a], scales[a], ctm)
             src[a] = te.clamp(te.cast("int64", _nearest(c, nmode)), x.shape[a] - 1)
         return x[src]
-    # linear: n-linear interpolation over the axes
+    # linear: n-linear interpolation over the axes (cubic: n-cubic, four taps per axis)
     corners: list[tuple[list[Expr], Expr | None]] = [(list(ix), None)]
     for a in axes:
         c = _source_coord(ix[a], x.shape[a], out_shape[a], scales[a], ctm)
+        if mode == "cubic":
+            corners = [
+                ([*src[:a], pos, *src[a + 1 :]], wt if w is None else te.mul(w, wt))
+                for src, w in corners
+                for pos, wt in _cubic_taps(c, x.shape[a], attrs)
+            ]
+            continue
         c = te.minimum(te.maximum(c, te.f32(0.0)), te.f32(float(x.shape[a] - 1)))
         lo = te.cast("int64", te.call("floor", c))
         hi = te.minimum(te.add(lo, te.idx(1)), te.idx(x.shape[a] - 1))
@@ -183,6 +237,50 @@ def _interpolate(
         total = term if total is None else te.add(total, term)
     assert total is not None
     return total
+
+
+def _cubic_taps(c: Expr, length: int, attrs: dict[str, Any]) -> list[tuple[Expr, Expr]]:
+    """The four (index, weight) taps around source coordinate `c` along an axis of `length`."""
+    base = te.call("floor", c)
+    lifted = cubic_weights(_F32(te.sub(c, base)), float(attrs["cubic_coeff_a"]), _F32)
+    weights = [w.e for w in lifted]
+    index = te.cast("int64", base)
+    taps = [te.add(index, te.idx(k - 1)) for k in range(4)]
+    if attrs.get("exclude_outside", 0):
+        inside = [BinOp("and", BinOp(">=", tap, te.idx(0)), BinOp("<", tap, te.idx(length))) for tap in taps]
+        weights = [te.select(ok, w, te.f32(0.0)) for ok, w in zip(inside, weights, strict=True)]
+        total = te.add(te.add(weights[0], weights[1]), te.add(weights[2], weights[3]))
+        weights = [te.div(w, total) for w in weights]
+    return [(te.clamp(tap, length - 1), w) for tap, w in zip(taps, weights, strict=True)]
+
+
+class _F32:
+    """float32 TIR arithmetic for `cubic_weights`: a constant lifted to an expression, and the
+    operators on expressions."""
+
+    def __init__(self, value: float | Expr) -> None:
+        self.e = te.f32(value) if isinstance(value, float) else value
+
+    def _wrap(self, other: Any) -> Expr:
+        return other.e if isinstance(other, _F32) else other
+
+    def __add__(self, o: Any) -> _F32:
+        return _F32(te.add(self.e, self._wrap(o)))
+
+    def __radd__(self, o: Any) -> _F32:
+        return _F32(te.add(self._wrap(o), self.e))
+
+    def __sub__(self, o: Any) -> _F32:
+        return _F32(te.sub(self.e, self._wrap(o)))
+
+    def __rsub__(self, o: Any) -> _F32:
+        return _F32(te.sub(self._wrap(o), self.e))
+
+    def __mul__(self, o: Any) -> _F32:
+        return _F32(te.mul(self.e, self._wrap(o)))
+
+    def __rmul__(self, o: Any) -> _F32:
+        return _F32(te.mul(self._wrap(o), self.e))
 
 
 # the stage of a separable resize that resamples the innermost axis alone (schedules keep it, it is

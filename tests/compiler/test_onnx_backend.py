@@ -126,7 +126,6 @@ EXCLUDED: dict[str, str] = {
     "definitions of the ops it claims",
     r"^test_identity_(?:opt|sequence)_": "optional and sequence types: temper's graphs hold tensors only",
     # -- Resize modes ------------------------------------------------------------------------------------
-    r"^test_resize_.*cubic": "Resize mode 'cubic': temper implements nearest and linear",
     r"^test_resize_.*antialias": "Resize antialias=1 (a filtered downsample): temper samples plainly",
     r"^test_resize_tf_crop_and_resize": "Resize coordinate mode tf_crop_and_resize (an ROI input)",
     r"^test_resize_\w*_not_(?:larger|smaller)_": "Resize keep_aspect_ratio_policy other than 'stretch'",
@@ -135,9 +134,9 @@ EXCLUDED: dict[str, str] = {
         "a ceil_mode edge case whose output size the opset-22 pooling definition changed (a last window "
         "that starts in the padding is dropped); relabelled to opset 21 it has the older, different shape"
     ),
-    r"^test_resize_downsample_scales_linear_align_corners_": "onnx's reference maps align_corners with the "
-    "fractional resized length (in * scale), onnxruntime with the integer output length; temper follows "
-    "onnxruntime, which the model tests compare against",
+    r"^test_resize_downsample_scales_(?:linear|cubic)_align_corners_": "onnx's reference maps align_corners "
+    "with the fractional resized length (in * scale), onnxruntime with the integer output length; temper "
+    "follows onnxruntime, which the model tests compare against",
     # -- function expansions that bring in ops temper does not claim ------------------------------------
     r"^test_(?:gelu|leakyrelu|prelu|relu|hardsigmoid)\w*_expanded": "the expanded function body uses "
     "CastLike (and Sum), which temper does not claim; the op itself is tested",

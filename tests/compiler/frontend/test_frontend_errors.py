@@ -79,7 +79,13 @@ def test_every_unsupported_node_is_listed_once() -> None:
     nodes = [
         helper.make_node("MyCustomOp", ["x"], ["a"], name="custom", domain="com.example"),
         helper.make_node("Hardmax", ["a"], ["b"], name="hardmax"),
-        helper.make_node("Resize", ["b", "", "scales"], ["c"], name="resize_cubic", mode="cubic"),
+        helper.make_node(
+            "Resize",
+            ["b", "", "scales"],
+            ["c"],
+            name="resize_crop",
+            coordinate_transformation_mode="tf_crop_and_resize",
+        ),
         helper.make_node("Cast", ["c"], ["d"], name="to_double", to=TensorProto.DOUBLE),
         helper.make_node("Cast", ["d"], ["e"], to=TensorProto.FLOAT),
         helper.make_node("MaxPool", ["e"], ["f", "idx"], name="pool", kernel_shape=[2, 2]),
@@ -102,11 +108,12 @@ def test_every_unsupported_node_is_listed_once() -> None:
     with pytest.raises(UnsupportedOpError) as info:
         load_onnx(model)
     err = info.value
-    assert [n[0] for n in err.nodes] == ["custom", "hardmax", "resize_cubic", "to_double", "pool"]
+    assert [n[0] for n in err.nodes] == ["custom", "hardmax", "resize_crop", "to_double", "pool"]
     assert err.nodes[0] == ("custom", "MyCustomOp", 1)
     assert err.nodes[1] == ("hardmax", "Hardmax", 17)
     text = str(err)
-    for fragment in ("com.example", "Hardmax", "cubic", "DOUBLE", "Indices", "Supported ONNX ops"):
+    fragments = ("com.example", "Hardmax", "tf_crop_and_resize", "DOUBLE", "Indices", "Supported ONNX ops")
+    for fragment in fragments:
         assert fragment in text
 
 

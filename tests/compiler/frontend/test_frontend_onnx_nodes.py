@@ -37,6 +37,7 @@ ACCEPTED_SHAPE_ERRORS = re.compile(
 FOLLOWS_ONNXRUNTIME = {
     "test_resize_downsample_scales_linear_align_corners": "onnx's reference maps align_corners with the "
     "fractional resized length (in * scale), onnxruntime with the integer output length",
+    "test_resize_downsample_scales_cubic_align_corners": "the same mapping, for cubic sampling",
 }
 
 

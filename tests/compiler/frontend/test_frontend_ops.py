@@ -560,6 +560,41 @@ case(
     mode="linear",
 )
 case("Resize_sizes_only", "Resize", RX, {"sz": ints(1, 2, 7, 3)}, input_order=["x", "", "", "sz"])
+# cubic: four taps per axis, read past the edges as the edge (or left out and renormalised)
+for coord in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"):
+    case(
+        f"Resize_cubic_{coord}_up",
+        "Resize",
+        RX,
+        {"roi": E, "sc": f(1, 1, 2.0, 1.7)},
+        mode="cubic",
+        coordinate_transformation_mode=coord,
+    )
+    case(
+        f"Resize_cubic_{coord}_down",
+        "Resize",
+        RX,
+        {"roi": E, "sc": E, "sz": ints(1, 2, 3, 2)},
+        mode="cubic",
+        coordinate_transformation_mode=coord,
+    )
+case(
+    "Resize_cubic_exclude_outside",
+    "Resize",
+    RX,
+    {"roi": E, "sc": f(1, 1, 1.6, 2.4)},
+    mode="cubic",
+    cubic_coeff_a=-0.5,
+    exclude_outside=1,
+)
+case("Resize_cubic_rows_up_columns_down", "Resize", RX, {"roi": E, "sc": f(1, 1, 2.6, 0.5)}, mode="cubic")
+case(
+    "Resize_cubic_2d_up",  # (onnxruntime's cubic takes 2-D inputs, and 4-D ones resized on H and W)
+    "Resize",
+    {"x": lambda: randn(5, 7)},
+    {"roi": E, "sc": f(2.5, 3.0)},
+    mode="cubic",
+)
 
 # a 2-D right operand shared by a batched left one is one GEMM over all rows ([S, 1, K] x [K, N] as
 # torch's MultiheadAttention exports its input projection)

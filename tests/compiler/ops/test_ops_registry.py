@@ -122,7 +122,7 @@ CONV = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "groups": 
             "resize",
             [t(1, 4)],
             {
-                "mode": "cubic",
+                "mode": "bicubic",
                 "coordinate_transformation_mode": "half_pixel",
                 "nearest_mode": "floor",
                 "sizes": (1, 8),
