@@ -65,7 +65,11 @@ def unpack_weight(w: np.ndarray) -> np.ndarray:
 
 
 def _is_depthwise(x: TensorType, w: TensorType, groups: int) -> bool:
-    return groups == x.shape[1] * x.shape[4] and w.shape[1] == 1 and w.shape[4] == 1
+    """One channel in and one out per group (a dense conv of one input channel has one in per group
+    too, but all its output channels in that group)."""
+    return (
+        groups == x.shape[1] * x.shape[4] == w.shape[0] * w.shape[5] and w.shape[1] == 1 and w.shape[4] == 1
+    )
 
 
 def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:

@@ -166,7 +166,9 @@ class _Rewriter:
         x, w = call.args
         assert isinstance(w, Const)
         ib = _input_block(call, self.block, self.is_blocked(x))
-        depthwise = call.attr("groups", 1) == x.type.shape[1] and w.type.shape[1] == 1
+        groups, c, oc = call.attr("groups", 1), x.type.shape[1], call.type.shape[1]
+        # (a dense conv of one input channel has groups == c and one channel per group too)
+        depthwise = groups > 1 and groups == c == oc and w.type.shape[1] == 1
         packed = pack_weight(w.data, 1 if depthwise else ib, self.block)
         layout = f"OIHW{1 if depthwise else ib}i{self.block}o"
         weight = Const(f"{w.name}.{layout}", packed)

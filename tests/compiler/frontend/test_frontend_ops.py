@@ -234,6 +234,22 @@ case("Conv_same_upper", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_UPPE
 case("Conv_same_lower", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_LOWER", strides=[2, 2])
 case("Conv_valid", "Conv", X, {"w": randn(6, 4, 3, 2)}, auto_pad="VALID")
 case("Conv_1x1", "Conv", X, {"w": randn(6, 4, 1, 1)})
+# one input channel (a grayscale image, a waveform) and enough output channels to run blocked: a dense
+# conv whose single group holds every output channel, not a depthwise one
+case(
+    "Conv_one_input_channel",
+    "Conv",
+    {"x": lambda: randn(1, 1, 12, 14)},
+    {"w": randn(32, 1, 3, 3), "b": randn(32)},
+    pads=[1, 1, 1, 1],
+)
+case(
+    "Conv1d_one_input_channel_strided",
+    "Conv",
+    {"x": lambda: randn(2, 1, 200)},
+    {"w": randn(32, 1, 10)},
+    strides=[5],
+)
 # a pointwise conv over a 16x16 plane of 32 channels, batch 2: compiled as a matmul on the planes
 case(
     "Conv_1x1_as_matmul",
