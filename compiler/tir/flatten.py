@@ -158,6 +158,26 @@ def _vector_last(uses: list[tuple[tuple[For, ...], tuple[Expr, ...]]], ndim: int
     return sorted(range(ndim), key=lambda d: (score[d] > 0, d))
 
 
+def _compacted(
+    buf: Buffer, uses: list[tuple[tuple[For, ...], tuple[Expr, ...]]], lca: tuple[For, ...]
+) -> list[tuple[Expr, int, int]]:
+    """Per dim of `buf`, allocated inside the loops `lca`: (base over those loops, lowest and highest
+    offset) of what its accesses touch in one iteration of them. ScheduleError when an access is not
+    affine or two accesses disagree on a base."""
+    regions = []
+    for p, ix in uses:
+        inner = {f.var: f.extent for f in p[len(lca) :]}
+        outer = {f.var: f.extent for f in lca}
+        regions.append(_access_region(ix, inner, f"allocation of {buf.name}", outer))
+    dims = []
+    for d in range(len(buf.shape)):
+        base = regions[0][d][0]
+        if any(r[d][0] != base for r in regions):
+            raise ScheduleError(f"buffer {buf.name}: accesses disagree along dim {d}")
+        dims.append((base, min(r[d][1] for r in regions), max(r[d][2] for r in regions)))
+    return dims
+
+
 def place_allocations(func: PrimFunc) -> PrimFunc:
     buffers: list[Buffer] = []
     body = _strip_allocs(func.body, buffers)
@@ -177,19 +197,18 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
                 k += 1
             lca = lca[:k]
         if buf.scope == "local":
-            regions = []
-            for p, ix in uses:
-                inner = {f.var: f.extent for f in p[len(lca) :]}
-                outer = {f.var: f.extent for f in lca}
-                regions.append(_access_region(ix, inner, f"allocation of {buf.name}", outer))
-            dims = []
-            for d in range(len(buf.shape)):
-                base = regions[0][d][0]
-                if any(r[d][0] != base for r in regions):
-                    raise ScheduleError(f"local buffer {buf.name}: accesses disagree along dim {d}")
-                lo = min(r[d][1] for r in regions)
-                hi = max(r[d][2] for r in regions)
-                dims.append((base, lo, hi))
+            dims = _compacted(buf, uses, lca)
+        elif lca:
+            # a producer's buffer computed inside a loop (a row's statistics inside the parallel
+            # loop over rows) is allocated per iteration: only the part one iteration uses, which
+            # is small enough for the stack, not a whole workspace allocation each time
+            try:
+                dims = _compacted(buf, uses, lca)
+            except ScheduleError:
+                dims = None
+        else:
+            dims = None
+        if dims is not None:
             order = _vector_last(uses, len(dims))
             new = Buffer(buf.name, tuple(dims[d][2] - dims[d][1] + 1 for d in order), buf.dtype, buf.scope)
             remap[buf] = (new, [(dims[d][0], dims[d][1], d) for d in order])

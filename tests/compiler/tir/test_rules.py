@@ -16,7 +16,8 @@ import pytest
 from compiler.errors import ScheduleError
 from compiler.target import host_target
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, For, ForKind, PrimFunc
+from compiler.tir.flatten import flatten
+from compiler.tir.ir import Allocate, BinOp, For, ForKind, PrimFunc, walk_stmts
 from compiler.tir.legality import check_legal
 from compiler.tir.lower import lower, stages_of
 from compiler.tir.printer import func_str
@@ -222,6 +223,21 @@ def test_a_reduction_is_not_repeated_for_each_chunk_of_its_row(rng: np.random.Ge
     for f in sums:
         iterations *= f.extent
     assert iterations == shape[0] * shape[1]
+    _check_softmax(sch, shape, 1, rng)
+
+
+def test_row_sums_computed_per_parallel_chunk_take_only_that_chunks_memory(rng: np.random.Generator) -> None:
+    """The row sums allocated inside the parallel loop hold the rows of one iteration, not all rows:
+    a small buffer on the stack rather than a workspace allocation of the whole per iteration."""
+    shape = (max(512, 4 * TARGET.cores), 64)
+    sch = _scheduled(softmax_rows(*shape))
+    flat = flatten(sch.func)
+    (par,) = [f for f in walk_stmts(flat.body) if isinstance(f, For) and f.kind is ForKind.PARALLEL]
+    (sums,) = [a for a in walk_stmts(par.body) if isinstance(a, Allocate) and a.buffer.name == "S"]
+    size = 1
+    for d in sums.buffer.shape:
+        size *= d
+    assert size * par.extent == shape[0]  # one iteration's rows
     _check_softmax(sch, shape, 1, rng)
 
 
