@@ -234,6 +234,16 @@ case("Conv_same_upper", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_UPPE
 case("Conv_same_lower", "Conv", X, {"w": randn(6, 4, 4, 4)}, auto_pad="SAME_LOWER", strides=[2, 2])
 case("Conv_valid", "Conv", X, {"w": randn(6, 4, 3, 2)}, auto_pad="VALID")
 case("Conv_1x1", "Conv", X, {"w": randn(6, 4, 1, 1)})
+# DeepLab's atrous rates past the plane: taps that read only padding are cut (rate 24: a 1x1 conv)
+for rate in (6, 24):
+    case(
+        f"Conv_atrous_rate_{rate}",
+        "Conv",
+        {"x": lambda: randn(1, 16, 14, 14)},
+        {"w": randn(32, 16, 3, 3)},
+        pads=[rate] * 4,
+        dilations=[rate, rate],
+    )
 # one input channel (a grayscale image, a waveform) and enough output channels to run blocked: a dense
 # conv whose single group holds every output channel, not a depthwise one
 case(

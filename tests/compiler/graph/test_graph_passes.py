@@ -137,6 +137,43 @@ def test_simplify_removes_no_ops_and_merges_chains() -> None:
     check_pass(g, out)
 
 
+@pytest.mark.parametrize(
+    ("rate", "kernel", "pads"),
+    [
+        (36, (1, 1), (0, 0, 0, 0)),  # DeepLab's atrous rates past a 14x14 plane: only the centre tap
+        (24, (1, 1), (0, 0, 0, 0)),
+        (12, (3, 3), (12, 12, 12, 12)),  # every tap reads the input at some output position
+    ],
+)
+def test_simplify_cuts_the_taps_that_read_only_padding(
+    rate: int, kernel: tuple[int, int], pads: tuple[int, ...]
+) -> None:
+    x = var("x", 1, 8, 14, 14)
+    attrs = {**CONV, "pads": (rate,) * 4, "dilations": (rate, rate)}
+    conv = call("conv2d", x, const("w", 4, 8, 3, 3), **attrs)
+    g = graph([x], conv)
+    out = simplify(g)
+    (after,) = out.calls()
+    assert after.args[1].type.shape[2:] == kernel and tuple(after.attr("pads")) == pads
+    check_pass(g, out)
+
+
+def test_simplify_cuts_padding_taps_on_one_side_only_when_the_pads_stay_whole() -> None:
+    x = var("x", 1, 2, 4, 5)
+    # rows: the top tap reads row o - 6 for o < 4, always padding; columns: every tap is needed
+    attrs = {**CONV, "pads": (6, 1, 0, 1), "dilations": (3, 1)}
+    top = call("conv2d", x, const("w", 3, 2, 3, 3), **attrs)
+    out = simplify(graph([x], top))
+    (after,) = out.calls()
+    assert after.args[1].type.shape[2:] == (2, 3) and tuple(after.attr("pads")) == (3, 1, 0, 1)
+    check_pass(graph([x], top), out)
+    # only the bottom tap reads the input, but cutting the others would leave a negative pad (a crop)
+    y = var("y", 1, 2, 6, 5)
+    attrs = {**CONV, "pads": (8, 0, 0, 0), "dilations": (6, 1)}
+    crop = call("conv2d", y, const("w", 3, 2, 3, 3), **attrs)
+    assert simplify(graph([y], crop)).calls()[0].args[1].type.shape[2:] == (3, 3)
+
+
 def test_simplify_keeps_broadcasting_neutral_ops_and_real_work() -> None:
     x = var("x", 3)
     widened = call("add", x, const("zeros", 2, 3, value=0.0))  # changes the shape: must stay
