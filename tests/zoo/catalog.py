@@ -58,6 +58,7 @@ _TORCHVISION = [
     "lraspp_mobilenet_v3",
     "fcn_resnet50",
     "vgg11",
+    "deeplabv3_mobilenet_v3",
 ]
 _TRANSFORMERS = [
     "bert",
@@ -72,6 +73,7 @@ _TRANSFORMERS = [
     "whisper_encoder",
     "beit",
     "poolformer",
+    "wav2vec2",
 ]
 
 _VARIANTS: list[tuple[str, str, int, bool, bool]] = [

@@ -155,6 +155,8 @@ def torchvision_builders() -> dict[str, Callable[[int], Network]]:
         "lraspp_mobilenet_v3": _vision(segmentation("lraspp_mobilenet_v3_large"), size=256, outputs=("out",)),
         "fcn_resnet50": _vision(segmentation("fcn_resnet50"), size=224, outputs=("out",)),
         "vgg11": _vision(tv("vgg11")),  # a Gemm's weight of 25088 x 4096, past the folding limit
+        # atrous convs of rates 12, 24 and 36 over a 14x14 plane
+        "deeplabv3_mobilenet_v3": _vision(segmentation("deeplabv3_mobilenet_v3_large"), outputs=("out",)),
     }
 
 
@@ -216,6 +218,22 @@ def _audio(build: Callable[[], nn.Module], mels: int, frames: int) -> Callable[[
         test = np.random.default_rng(seed).standard_normal((2, mels, frames)).astype(np.float32)
         axes = {"input_features": {0: "batch"}, "hidden": {0: "batch"}}
         return Network(module, {"input_features": features}, ("hidden",), axes, {"input_features": test})
+
+    return make
+
+
+def _waveform(build: Callable[[], nn.Module], samples: int) -> Callable[[int], Network]:
+    """A speech encoder called on raw audio (batch, samples): its first conv has one input channel."""
+
+    def make(seed: int) -> Network:
+        torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
+        module = _FirstOutput(build().eval(), 0)
+        _spread(module, generator)
+        audio = torch.randn(1, samples, generator=generator)
+        test = np.random.default_rng(seed).standard_normal((2, samples)).astype(np.float32)
+        axes = {"input_values": {0: "batch"}, "hidden": {0: "batch"}}
+        return Network(module, {"input_values": audio}, ("hidden",), axes, {"input_values": test})
 
     return make
 
@@ -283,6 +301,17 @@ def transformers_builders() -> dict[str, Callable[[int], Network]]:
     def poolformer() -> nn.Module:  # GroupNorm of one group: one statistic over each whole sample
         return tf.PoolFormerModel(tf.PoolFormerConfig(depths=[1, 1, 1, 1]))
 
+    def wav2vec2() -> nn.Module:  # convs over the waveform, GroupNorm, a grouped positional conv
+        config = tf.Wav2Vec2Config(
+            **small,
+            conv_dim=(32, 32, 32),
+            conv_stride=(5, 2, 2),
+            conv_kernel=(10, 3, 3),
+            num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4,
+        )
+        return tf.Wav2Vec2Model(config)
+
     return {
         "bert": _text(bert, 1000),
         "bert_eager": _text(bert_eager, 1000),
@@ -296,6 +325,7 @@ def transformers_builders() -> dict[str, Callable[[int], Network]]:
         "whisper_encoder": _audio(whisper_encoder, 40, 100),
         "beit": _pixels(beit, 64),
         "poolformer": _pixels(poolformer, 64),
+        "wav2vec2": _waveform(wav2vec2, 4000),
     }
 
 
