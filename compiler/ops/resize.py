@@ -101,7 +101,7 @@ def nearest_indices(coords: np.ndarray, nearest_mode: str, in_len: int) -> np.nd
     return out
 
 
-def cubic_weights(t: Any, a: float, lift: Any = float) -> list[Any]:
+def cubic_weights(t: Any, a: float, lift: Any) -> list[Any]:
     """Keys' weights of the four taps at distances 1 + t, t, 1 - t, 2 - t from the source coordinate
     (t its fraction): one formula for float32 arrays (lift: np.float32, the reference) and TIR
     expressions (lift: _F32, `t` wrapped in it, the compute definition)."""
@@ -255,8 +255,8 @@ def _cubic_taps(c: Expr, length: int, attrs: dict[str, Any]) -> list[tuple[Expr,
 
 
 class _F32:
-    """float32 TIR arithmetic for `cubic_weights`: a constant lifted to an expression, and the
-    operators on expressions."""
+    """float32 TIR arithmetic for `cubic_weights`: a constant lifted to an expression, and +, - and *
+    between lifted values."""
 
     def __init__(self, value: float | Expr) -> None:
         self.e = te.f32(value) if isinstance(value, float) else value
@@ -267,20 +267,11 @@ class _F32:
     def __add__(self, o: Any) -> _F32:
         return _F32(te.add(self.e, self._wrap(o)))
 
-    def __radd__(self, o: Any) -> _F32:
-        return _F32(te.add(self._wrap(o), self.e))
-
     def __sub__(self, o: Any) -> _F32:
         return _F32(te.sub(self.e, self._wrap(o)))
 
-    def __rsub__(self, o: Any) -> _F32:
-        return _F32(te.sub(self._wrap(o), self.e))
-
     def __mul__(self, o: Any) -> _F32:
         return _F32(te.mul(self.e, self._wrap(o)))
-
-    def __rmul__(self, o: Any) -> _F32:
-        return _F32(te.mul(self._wrap(o), self.e))
 
 
 # the stage of a separable resize that resamples the innermost axis alone (schedules keep it, it is

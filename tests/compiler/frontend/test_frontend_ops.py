@@ -548,23 +548,25 @@ for coord in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
         coordinate_transformation_mode=coord,
         nearest_mode="round_prefer_ceil",
     )
-for coord in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"):
-    case(
-        f"Resize_linear_{coord}_up",
-        "Resize",
-        RX,
-        {"roi": E, "sc": f(1, 1, 2.0, 1.7)},
-        mode="linear",
-        coordinate_transformation_mode=coord,
-    )
-    case(
-        f"Resize_linear_{coord}_down",
-        "Resize",
-        RX,
-        {"roi": E, "sc": E, "sz": ints(1, 2, 3, 1)},
-        mode="linear",
-        coordinate_transformation_mode=coord,
-    )
+# cubic: four taps per axis, read past the edges as the edge (or left out and renormalised)
+for mode, down in (("linear", ints(1, 2, 3, 1)), ("cubic", ints(1, 2, 3, 2))):
+    for coord in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"):
+        case(
+            f"Resize_{mode}_{coord}_up",
+            "Resize",
+            RX,
+            {"roi": E, "sc": f(1, 1, 2.0, 1.7)},
+            mode=mode,
+            coordinate_transformation_mode=coord,
+        )
+        case(
+            f"Resize_{mode}_{coord}_down",
+            "Resize",
+            RX,
+            {"roi": E, "sc": E, "sz": down},
+            mode=mode,
+            coordinate_transformation_mode=coord,
+        )
 case(
     "Resize_linear_symmetric",
     "Resize",
@@ -586,24 +588,6 @@ case(
     mode="linear",
 )
 case("Resize_sizes_only", "Resize", RX, {"sz": ints(1, 2, 7, 3)}, input_order=["x", "", "", "sz"])
-# cubic: four taps per axis, read past the edges as the edge (or left out and renormalised)
-for coord in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"):
-    case(
-        f"Resize_cubic_{coord}_up",
-        "Resize",
-        RX,
-        {"roi": E, "sc": f(1, 1, 2.0, 1.7)},
-        mode="cubic",
-        coordinate_transformation_mode=coord,
-    )
-    case(
-        f"Resize_cubic_{coord}_down",
-        "Resize",
-        RX,
-        {"roi": E, "sc": E, "sz": ints(1, 2, 3, 2)},
-        mode="cubic",
-        coordinate_transformation_mode=coord,
-    )
 case(
     "Resize_cubic_exclude_outside",
     "Resize",
