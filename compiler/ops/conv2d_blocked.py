@@ -343,6 +343,10 @@ CHUNK_WEIGHT_BYTES = 16 << 10
 L1_BYTES = 32 << 10  # the smallest L1 data cache of the x86 cores temper targets
 # a group's plane must have at least this many register tiles to reuse a chunk's weights from L1
 MIN_CHUNK_TILES = 16
+# partial sums beyond L1 are still worth a pass per chunk when the group's weights, streamed from L2
+# by every tile otherwise, are at least this many times their bytes (a long reduction on a small
+# plane: 1024 input channels on 14x14)
+MIN_WEIGHTS_PER_SUM = 4
 
 
 def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
@@ -357,7 +361,11 @@ def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
     epilogue applied once after the last chunk. Only where the plane has enough tiles to reuse each
     chunk, the weights would not fit L1 anyway, and the group's partial sums stay in L1 (or the
     weights outgrow L2, where streaming them costs more than a pass over the sums); dense convs on
-    such cores (on one-FMA or 256-bit cores the stream per cycle is half as wide)."""
+    such cores (on one-FMA or 256-bit cores the stream per cycle is half as wide). Partial sums
+    beyond L1 pass when the weights are several times their size (MIN_WEIGHTS_PER_SUM): the
+    re-read sums are then a small part of what the unchunked tiles stream, and the plane's input is
+    small next to its weights; on wider planes (512 input channels on 28x28) the chunks measured
+    slower, each group re-reading an input that no longer stays in L2."""
     _, _, oh, ow, ob, icb, kh, kw, ib = (iv.extent for iv in blk.iter_vars)
     dense = _operands(blk)[0].shape[1] == icb  # a grouped conv reduces over a group's blocks only
     if target.vector_bits < 512 or target.fma_per_cycle < 2 or not dense:
@@ -368,7 +376,9 @@ def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
         return 0
     # each chunk reads and writes the group's partial sums, and the epilogue becomes a pass over
     # them: cheap while they stay in L1, worth it beyond only when the group's weights outgrow L2
-    if plane > MAX_STACK_BUFFER_BYTES // 2 or (plane > L1_BYTES and weights < L2_BYTES):
+    if plane > MAX_STACK_BUFFER_BYTES // 2:
+        return 0
+    if plane > L1_BYTES and weights < L2_BYTES and weights < MIN_WEIGHTS_PER_SUM * plane:
         return 0
     fits = [d for d in range(1, icb) if icb % d == 0 and d * per_block <= CHUNK_WEIGHT_BYTES]
     return max(fits, default=1)

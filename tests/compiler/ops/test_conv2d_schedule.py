@@ -308,13 +308,15 @@ def _blocked_conv_block(target: str, c: int, oc: int, k: int, hw: int, groups: i
 def test_long_reductions_on_wide_planes_run_in_chunks_of_input_channels() -> None:
     """On a core starting two 512-bit FMAs per cycle, a group's weights over a long reduction stream
     from L2 for every register tile: FCN-ResNet50's 2048 -> 512 pointwise conv on 28x28 and
-    ResNet-50's 1024 -> 256 on 14x14 run in chunks small enough for L1. Not: weights that fit L1
-    (128 input channels), partial sums beyond L1 while the weights fit L2 (512 -> 128 on 28x28),
-    a 7x7 plane (too few tiles to reuse a chunk), grouped convs, one-FMA or 256-bit cores."""
+    ResNet-50's 1024 -> 256 on 14x14 run in chunks small enough for L1, also with a tile of 4
+    blocks whose partial sums outgrow L1 (the weights are several times the sums). Not: weights that
+    fit L1 (128 input channels), partial sums beyond L1 while the weights fit L2 and are not several
+    times the sums (512 -> 128 and 512 -> 256 on 28x28, 256 -> 1024 on 14x14), a 7x7 plane (too few
+    tiles to reuse a chunk), grouped convs, one-FMA or 256-bit cores."""
     from compiler.ops.conv2d_blocked import CHUNK_WEIGHT_BYTES
 
     server = "sapphirerapids"
-    for c, oc, hw, nb, owt in ((2048, 512, 28, 4, 4), (1024, 256, 14, 2, 7)):
+    for c, oc, hw, nb, owt in ((2048, 512, 28, 4, 4), (1024, 256, 14, 2, 7), (1024, 256, 14, 4, 4)):
         blk = _blocked_conv_block(server, c, oc, 1, hw)
         chunk = ic_chunk(parse_target(server), blk, nb, owt)
         icb = c // 16
@@ -322,7 +324,9 @@ def test_long_reductions_on_wide_planes_run_in_chunks_of_input_channels() -> Non
         assert chunk * nb * 16 * 16 * 4 <= CHUNK_WEIGHT_BYTES
         for other in ("znver4", "haswell"):  # one 512-bit FMA per cycle; 256-bit vectors
             assert ic_chunk(parse_target(other), _blocked_conv_block(other, c, oc, 1, hw), nb, owt) == 0
-    for c, oc, hw, nb, owt in ((128, 512, 28, 4, 4), (512, 128, 28, 4, 4), (2048, 512, 7, 2, 7)):
+    refused = ((128, 512, 28, 4, 4), (512, 128, 28, 4, 4), (512, 256, 28, 4, 4), (256, 1024, 14, 4, 4),
+               (2048, 512, 7, 2, 7))  # fmt: skip
+    for c, oc, hw, nb, owt in refused:
         assert ic_chunk(parse_target(server), _blocked_conv_block(server, c, oc, 1, hw), nb, owt) == 0
     grouped = _blocked_conv_block(server, 1024, 1024, 3, 28, groups=8)
     assert ic_chunk(parse_target(server), grouped, 4, 4) == 0
