@@ -362,7 +362,8 @@ def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
     chunk, the weights would not fit L1 anyway, and the group's partial sums stay in L1 (or the
     weights outgrow L2, where streaming them costs more than a pass over the sums); dense convs on
     such cores (on one-FMA or 256-bit cores the stream per cycle is half as wide). Partial sums
-    beyond L1 pass when the weights are several times their size (MIN_WEIGHTS_PER_SUM): the
+    beyond L1 pass when the weights are several times their size (MIN_WEIGHTS_PER_SUM) and one
+    input block's weights fit the chunk budget (a reduction long in channels, not in taps): the
     re-read sums are then a small part of what the unchunked tiles stream, and the plane's input is
     small next to its weights; on wider planes (512 input channels on 28x28) the chunks measured
     slower, each group re-reading an input that no longer stays in L2."""
@@ -375,10 +376,13 @@ def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
     if oh * -(-ow // owt) < MIN_CHUNK_TILES or weights <= L1_BYTES or icb < 2:
         return 0
     # each chunk reads and writes the group's partial sums, and the epilogue becomes a pass over
-    # them: cheap while they stay in L1, worth it beyond only when the group's weights outgrow L2
+    # them: cheap while they stay in L1; beyond it, worth it when the group's weights outgrow L2, or
+    # for a reduction long in channels whose chunks fit the L1 budget (Inception's 1x7 convs on
+    # 17x17 ran slower in chunks of one 7-tap block)
     if plane > MAX_STACK_BUFFER_BYTES // 2:
         return 0
-    if plane > L1_BYTES and weights < L2_BYTES and weights < MIN_WEIGHTS_PER_SUM * plane:
+    long_in_channels = weights >= MIN_WEIGHTS_PER_SUM * plane and per_block <= CHUNK_WEIGHT_BYTES
+    if plane > L1_BYTES and weights < L2_BYTES and not long_in_channels:
         return 0
     fits = [d for d in range(1, icb) if icb % d == 0 and d * per_block <= CHUNK_WEIGHT_BYTES]
     return max(fits, default=1)

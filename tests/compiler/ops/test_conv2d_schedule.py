@@ -312,7 +312,8 @@ def test_long_reductions_on_wide_planes_run_in_chunks_of_input_channels() -> Non
     blocks whose partial sums outgrow L1 (the weights are several times the sums). Not: weights that
     fit L1 (128 input channels), partial sums beyond L1 while the weights fit L2 and are not several
     times the sums (512 -> 128 and 512 -> 256 on 28x28, 256 -> 1024 on 14x14), a 7x7 plane (too few
-    tiles to reuse a chunk), grouped convs, one-FMA or 256-bit cores."""
+    tiles to reuse a chunk), sums beyond L1 when one input block's weights outgrow the chunk budget
+    (a 3x3 conv of 192 channels on 17x17), grouped convs, one-FMA or 256-bit cores."""
     from compiler.ops.conv2d_blocked import CHUNK_WEIGHT_BYTES
 
     server = "sapphirerapids"
@@ -328,5 +329,6 @@ def test_long_reductions_on_wide_planes_run_in_chunks_of_input_channels() -> Non
                (2048, 512, 7, 2, 7))  # fmt: skip
     for c, oc, hw, nb, owt in refused:
         assert ic_chunk(parse_target(server), _blocked_conv_block(server, c, oc, 1, hw), nb, owt) == 0
+    assert ic_chunk(parse_target(server), _blocked_conv_block(server, 192, 192, 3, 17), 4, 6) == 0
     grouped = _blocked_conv_block(server, 1024, 1024, 3, 28, groups=8)
     assert ic_chunk(parse_target(server), grouped, 4, 4) == 0
