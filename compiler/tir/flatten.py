@@ -1,7 +1,8 @@
 """Scheduled PrimFunc -> plain loop program for code generation.
 
 1. Blocks become their bodies with iterators replaced by bindings; a block's init runs under
-   "all reduction iterators are 0"; predicates become ifs.
+   "all reduction iterators are 0"; predicates become ifs. Steps of a sum of products that would
+   only multiply zero padding are guarded off (compiler/tir/padding_steps.py).
 2. Kernel-internal buffers are allocated at the innermost loop that holds all their accesses,
    and `local` buffers shrink to the region touched there (a register tile stays a tile).
 """
@@ -31,6 +32,7 @@ from compiler.tir.ir import (
     walk_expr,
     walk_stmts,
 )
+from compiler.tir.padding_steps import skip_padding_steps, zero_padded
 from compiler.tir.partition import partition_loops
 from compiler.tir.schedule import _access_region, simplify_func
 from compiler.tir.simplify import bounds
@@ -253,7 +255,9 @@ def place_allocations(func: PrimFunc) -> PrimFunc:
 
 
 def flatten(func: PrimFunc) -> PrimFunc:
+    padded = zero_padded(func.body)
     body = map_stmt(relax_predicates(func.body), _unblock)
+    body = skip_padding_steps(body, padded)
     out = simplify_func(PrimFunc(func.name, func.params, body, func.layouts))
     # allocations are placed before loops are partitioned: a register tile stays one tile in
     # every copy of a partitioned loop (a row tail) instead of spanning all of them
