@@ -3,7 +3,7 @@
 A padded input is a buffer whose producer writes `select(inside, x, 0)`: zero outside a box of its
 indices. A convolution sums products of it with weights, and a step of a kernel-window loop whose
 every read lands in the padding adds nothing. On a dilated conv over a small plane most steps are
-such: a 3x3 conv of rate 12 over 14x14 reads input for under a fifth of its (row, tap) pairs.
+such: a 3x3 conv of rate 12 over 14x14 reads input for under a fifth of its (output, tap) pairs.
 
 Each serial loop whose body is one such accumulation, and whose variable moves the padded read,
 gets a guard around its body: "some iteration of the loops inside reads within the box". The
