@@ -1,10 +1,10 @@
 """Steps of a sum of products that only multiply zero padding are guarded off (padding_steps).
 
 The guards must never skip a product that is not zero: convs with padding, dilation and strides
-of every kind (dense, depthwise, blocked and planar, register tiles with tails) are compiled and
-compared with onnxruntime; an atrous conv whose taps mostly land in the padding shows its guards
-in the flattened kernel. Buffers that are not zero padding (a max pool's -inf) and reductions
-that are not sums get none.
+of every kind (dense, depthwise, grouped, register tiles with tails) are compiled and compared
+with onnxruntime; an atrous conv whose taps mostly land in the padding shows its guards in the
+flattened kernel. Buffers that are mostly input (a 'same' conv's) or not zero padding (a max
+pool's -inf) get none.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ CASES = {
     "atrous rate 12 on 14x14": dict(c=64, oc=32, hw=14, k=3, pad=12, dilation=12),
     "atrous rate 6 on 13x13 (tile tails)": dict(c=32, oc=48, hw=13, k=3, pad=6, dilation=6),
     "atrous rate 2": dict(c=16, oc=16, hw=20, k=3, pad=2, dilation=2),
+    "atrous rate 8 on 6x6, stride 2": dict(c=32, oc=16, hw=6, k=3, pad=8, dilation=8, stride=2),
+    "5x5 pad 4 on 3x3": dict(c=32, oc=32, hw=3, k=5, pad=4),
     "same 3x3": dict(c=32, oc=32, hw=9, k=3, pad=1),
     "5x5 pad 4 stride 2": dict(c=16, oc=32, hw=11, k=5, pad=4, stride=2),
     "7x7 pad 3 stride 2 from 3 channels": dict(c=3, oc=16, hw=23, k=7, pad=3, stride=2),
@@ -97,8 +99,11 @@ def test_a_conv_without_padding_gets_no_guard() -> None:
 
 
 def test_only_buffers_filled_with_zero_outside_a_condition_count_as_padding() -> None:
-    """The conv's padded input counts; a max pool's (-inf outside) does not."""
-    conv, _ = _conv(c=16, oc=16, hw=8, k=3, pad=1)
+    """An atrous conv's padded input counts (mostly padding); a 'same' conv's (mostly input) and a
+    max pool's (-inf outside) do not, and get no guards."""
+    same, _ = _conv(c=16, oc=16, hw=8, k=3, pad=1)
+    assert _guarded_loops(_flat_conv(same)) == []
+    conv, _ = _conv(c=16, oc=16, hw=8, k=3, pad=6, dilation=6)
     sch, _ = default_schedule(
         next(
             k.workload
