@@ -156,6 +156,19 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 _FMA_IN_FLIGHT = 8
 
 
+def _step_cycles(cols: int, per_col: int) -> float:
+    """Cycles of one reduction step of a tile of `cols` columns by `per_col` vectors: two FMAs and
+    two loads (weight vectors, input broadcasts) per cycle, and at least the FMA latency."""
+    return max(cols * per_col / 2, (per_col + cols) / 2, _FMA_IN_FLIGHT / 2)
+
+
+def tile_cycles(width: int, owt: int, per_col: int) -> float:
+    """Cycles of one reduction step over a run of `width` columns in tiles of `owt` (the last one
+    narrower where `owt` does not divide it)."""
+    tail = width % owt
+    return (width // owt) * _step_cycles(owt, per_col) + (_step_cycles(tail, per_col) if tail else 0.0)
+
+
 def register_tile(
     target: Target, blocks: int, block: int, ow: int, *, whole_rows: bool = False
 ) -> tuple[int, int]:
@@ -175,11 +188,6 @@ def register_tile(
     block_register_tile for where that is chosen)."""
     regs = target.vector_registers
     vecs = max(1, -(-block // target.lanes()))
-
-    def cycles(cols: int, per_col: int) -> float:
-        acc = cols * per_col
-        return max(acc / 2, (per_col + cols) / 2, _FMA_IN_FLIGHT / 2)
-
     best = (1, 1)
     best_key: tuple[float, ...] = (float("inf"),)
     for nb in (1, 2, 3, 4):
@@ -189,10 +197,9 @@ def register_tile(
         max_w = (regs - per_col - 3) // per_col
         for owt in range(1, min(ow, max_w) + 1):
             tail = ow % owt
-            row = (ow // owt) * cycles(owt, per_col) + (cycles(tail, per_col) if tail else 0.0)
             acc = owt * per_col
             traffic = 1 / owt + 1 / per_col
-            per_fma, moved = round(row / (ow * per_col), 9), round(traffic, 9)
+            per_fma, moved = round(tile_cycles(ow, owt, per_col) / (ow * per_col), 9), round(traffic, 9)
             key = (per_fma, tail > 0, moved, -acc) if whole_rows else (per_fma, moved, tail > 0, -acc)
             if key < best_key:
                 best, best_key = (nb, owt), key
@@ -388,6 +395,42 @@ def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
     return max(fits, default=1)
 
 
+# the group's partial sums over the whole plane stay in a local buffer until the epilogue runs over
+# them (plane tiles): at most this many bytes, so they stay in L1 between the tiles that write them
+MAX_PLANE_SUM_BYTES = L1_BYTES
+# plane tiles must save at least this share of the row tiles' cycles (they add a pass over the sums)
+MIN_PLANE_GAIN = 0.05
+
+
+def _balance(items: int, threads: int) -> float:
+    """How much longer than an even split the busiest thread runs over `items` equal iterations."""
+    return -(-items // threads) * threads / items
+
+
+def plane_tile(
+    target: Target, blocks: int, block: int, oh: int, ow: int, row_tile: tuple[int, int], threads: int
+) -> tuple[int, int] | None:
+    """(channel blocks, columns) of a register tile running over the output plane with its rows back
+    to back, where that beats `row_tile` on a row (None: keep the rows).
+
+    A row whose width the tile does not divide ends in a narrower tile, too narrow to keep enough
+    FMAs in flight: a 7-wide row in tiles of 4 runs a 3-column tile per row. Flattened, only the
+    plane's last tile is narrower (49 columns: nine tiles of 5 and one of 4), at the price of the
+    group's partial sums kept over the whole plane (in L1: MAX_PLANE_SUM_BYTES) and the epilogue run
+    over them once the group is done. The parallel loop then runs over groups only, not over their
+    rows, so the comparison counts each order's balance over the threads."""
+    if oh < 2 or one_block_tiles(target, block):
+        return None
+    vecs = max(1, -(-block // target.lanes()))
+    nb, owt = row_tile
+    rows = oh * tile_cycles(ow, owt, nb * vecs) * _balance(blocks // nb * oh, threads) / nb
+    pnb, powt = register_tile(target, blocks, block, oh * ow)
+    if pnb * block * oh * ow * 4 > MAX_PLANE_SUM_BYTES:
+        return None
+    plane = tile_cycles(oh * ow, powt, pnb * vecs) * _balance(blocks // pnb, threads) / pnb
+    return (pnb, powt) if plane <= (1 - MIN_PLANE_GAIN) * rows else None
+
+
 def one_block_tiles(target: Target, block: int) -> bool:
     """Whether a dense blocked conv's register tile is one block of output channels by a run of
     columns (see block_register_tile): on AVX-512 cores that start one 512-bit FMA per cycle."""
@@ -442,11 +485,21 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     the weights of one step are a contiguous vector of the packed weight."""
     ln, locb, loh, low, loc, lrcb, lry, lrx, lrci = nest.loops
     extents = [iv.extent for iv in nest.blk.iter_vars]
-    ow = extents[3]
-    nb0, owt0 = block_register_tile(info.target, extents[1], extents[4], ow)
+    oh, ow = extents[2], extents[3]
+    threads = info.target.cores if nest.threads else 1
+    row_tile = block_register_tile(info.target, extents[1], extents[4], ow)
+    plane0 = plane_tile(info.target, extents[1], extents[4], oh, ow, row_tile, threads)
+    sums = extents[4] * oh * ow * 4  # the plane's partial sums per channel block
+    planes = [False, True] if oh > 1 and sums <= MAX_PLANE_SUM_BYTES else [False]
+    plane = sch.decide("plane_tile", planes, plane0 is not None)
+    nb0, owt0 = plane0 if plane and plane0 else row_tile
+    width = oh * ow if plane else ow
     nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
-    owt = sch.decide("owt", list(range(1, min(ow, 28) + 1)), owt0 if nb == nb0 else 1)
+    owt = sch.decide("owt", list(range(1, min(width, 28) + 1)), owt0 if nb == nb0 else 1)
     ocbo, ocbi = sch.split(locb, [None, nb])
+    if plane:
+        _plane_tiles(sch, nest, [ocbo, ocbi], nb, owt)
+        return
     owo, owi = sch.split(low, [None, owt])
     order0 = tile_order(nest.blk, extents[1] // nb, info.target.cores if nest.threads else 1)
     icb = extents[5]
@@ -505,6 +558,26 @@ def _chunked_reduction(sch: Schedule, nest: ConvNest, loops: list[str], chunk: i
     _pack_tile_weights(sch, nest, nb)
     sch.reverse_compute_at(nest.consumer, outer)
     sch.decompose_reduction(nest.conv, rcbo)
+
+
+def _plane_tiles(sch: Schedule, nest: ConvNest, loops: list[str], nb: int, owt: int) -> None:
+    """block_tile with the register tiles running over the output plane, rows back to back (see
+    plane_tile): per group of output channel blocks (the parallel loop), every tile of the fused
+    plane; the epilogue after the group's last tile."""
+    ln, _, loh, low, loc, lrcb, lry, lrx, lrci = nest.loops
+    ocbo, ocbi = loops
+    sch.reorder(ln, ocbo, loh, low, ocbi)
+    po, pi = sch.split(sch.fuse(loh, low), [None, owt])
+    sch.reorder(ln, ocbo, po, lrcb, lry, lrx, lrci, pi, ocbi, loc)
+    outer = sch.fuse(ln, ocbo)
+    if nest.threads:
+        sch.parallel(outer)
+    sch.unroll(ocbi)
+    sch.unroll(pi)
+    sch.vectorize(loc)
+    _pack_tile_weights(sch, nest, nb)
+    sch.reverse_compute_at(nest.consumer, outer)
+    sch.decompose_reduction(nest.conv, lrcb)
 
 
 def _schedule(sch: Schedule, info: KernelInfo) -> None:

@@ -278,6 +278,9 @@ def test_winograd_chunks_and_passes_match_onnxruntime(force: dict[str, Any], til
         ({"nb": 2, "owt": 4, "tile_order": "oh_oc_ow"}, 5, 1),
         ({"nb": 2, "owt": 5, "ic_chunk": 1}, 3, 1),  # the reduction in two chunks: partial sums kept
         ({"nb": 1, "owt": 4, "ic_chunk": 1}, 1, 2),
+        ({"plane_tile": True, "nb": 2, "owt": 5}, 3, 1),  # tiles over the plane, across row ends
+        ({"plane_tile": True, "nb": 1, "owt": 7}, 3, 2),
+        ({"plane_tile": True, "nb": 4, "owt": 3}, 1, 2),
     ],
 )
 def test_blocked_conv_register_tiles_match_onnxruntime(  # type: ignore[no-untyped-def]
@@ -286,7 +289,7 @@ def test_blocked_conv_register_tiles_match_onnxruntime(  # type: ignore[no-untyp
     """block_tile's register tiles forced through a per-node override, whichever the host's default
     is (one block on AVX-512, several on AVX2): tiles of several channel blocks read weights packed
     per tile, unrolled input lanes, either tile order, the reduction in chunks of input channel
-    blocks, against onnxruntime."""
+    blocks, tiles running over the plane with its rows back to back, against onnxruntime."""
     rng = np.random.default_rng(21)
     lanes = parse_target("host").lanes()
     c, oc = 2 * lanes, 4 * lanes

@@ -18,6 +18,7 @@ from compiler.ops.conv2d_blocked import (
     depthwise_tile,
     ic_chunk,
     one_block_run,
+    plane_tile,
     register_tile,
 )
 from compiler.ops.conv2d_winograd import product_tile
@@ -114,7 +115,10 @@ def test_each_planar_conv_kind_gets_its_rule(
     [
         (dict(c=16, oc=16, k=3, groups=16), {"parallel", "owt", "unroll_kw", "pad_at"}),  # depthwise_columns
         # block_tile: the reduction in chunks (ic_chunk), else the tile order and unrolled lanes
-        (dict(c=16, oc=32, k=3), {"parallel", "nb", "owt", "ic_chunk", "tile_order", "unroll_ci"}),
+        (
+            dict(c=16, oc=32, k=3),
+            {"parallel", "plane_tile", "nb", "owt", "ic_chunk", "tile_order", "unroll_ci"},
+        ),
     ],
 )
 def test_each_blocked_conv_kind_gets_its_rule(conv: dict[str, int], asked: set[str]) -> None:
@@ -200,9 +204,10 @@ def test_depthwise_runs_cover_prime_rows_with_several_columns() -> None:
     ],
 )
 def test_blocked_conv_tiles_go_in_the_order_that_moves_fewer_bytes(conv: dict[str, int], order: str) -> None:
-    # the rule for planes of several rows: pointwise_conv_rows would make the 14x14 plane one row
+    # the rule for planes of several rows: pointwise_conv_rows would make the 14x14 plane one row;
+    # the order of row tiles (the 7x7 output would take tiles over its plane)
     w = _conv_workload(_conv_model(**conv), {"conv_algorithm", "pointwise_conv_rows"})
-    dec = _Record()
+    dec = _Record({"plane_tile": False})
     choose_rule(w, dec)
     assert dec.asked["tile_order"] == order, dec.asked
 
@@ -332,3 +337,35 @@ def test_long_reductions_on_wide_planes_run_in_chunks_of_input_channels() -> Non
     assert ic_chunk(parse_target(server), _blocked_conv_block(server, 192, 192, 3, 17), 4, 6) == 0
     grouped = _blocked_conv_block(server, 1024, 1024, 3, 28, groups=8)
     assert ic_chunk(parse_target(server), grouped, 4, 4) == 0
+
+
+@pytest.mark.parametrize(
+    ("channels", "hw", "tile"),
+    [
+        (512, 7, (2, 5)),  # a 7-wide row ends in a 3-column tile: 49 columns in tiles of 5, one of 4
+        (96, 7, (2, 5)),
+        (256, 14, None),  # 14 = 5 + 5 + 4: every tile keeps enough FMAs in flight
+        (64, 56, None),  # the plane's partial sums would outgrow L1
+        (112, 7, None),  # 7 groups on 2 threads: the rows balance better
+    ],
+)
+def test_small_planes_whose_rows_end_in_narrow_tiles_run_tiles_over_the_plane(
+    channels: int, hw: int, tile: tuple[int, int] | None
+) -> None:
+    target = parse_target("znver3")
+    blocks = channels // 8
+    row_tile = block_register_tile(target, blocks, 8, hw)
+    assert plane_tile(target, blocks, 8, hw, hw, row_tile, 2) == tile
+    w = _conv_workload(_conv_model(c=channels, oc=channels, k=3, hw=hw), {"conv_algorithm"})
+    dec = _Record()
+    choose_rule(w, dec)
+    assert dec.asked["plane_tile"] is (tile is not None)
+    if tile is not None:
+        assert (dec.asked["nb"], dec.asked["owt"]) == tile
+        assert "tile_order" not in dec.asked  # the parallel loop runs over channel groups only
+
+
+def test_one_block_avx512_tiles_keep_their_rows() -> None:
+    target = parse_target("znver4")
+    row_tile = block_register_tile(target, 32, 16, 7)
+    assert plane_tile(target, 32, 16, 7, 7, row_tile, 2) is None
