@@ -97,7 +97,7 @@ def import_model(
     proto = parse_model(model, limits, external_data)
     declared = _default_opset(proto)
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(without_large_weights(proto))
     except onnx.checker.ValidationError as e:
         raise ModelError(f"model fails the ONNX checker: {_first_line(e)}") from None
     except (ValueError, RuntimeError, UnicodeError) as e:  # the checker's other ways of saying no
@@ -106,7 +106,7 @@ def import_model(
     opset = _default_opset(proto)
     try:
         inferred: onnx.GraphProto | None = onnx.shape_inference.infer_shapes(
-            proto, check_type=True, strict_mode=True
+            without_large_weights(proto), check_type=True, strict_mode=True
         ).graph
         inference_error = ""
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
@@ -119,6 +119,49 @@ def import_model(
     inputs = bind_inputs(proto.graph, shapes or {})
     nodes = tuple((n.name, n.op_type) for n in proto.graph.node if n.name)
     return ImportedModel(_convert(proto.graph, inputs, opset, Budget(limits)), declared, nodes)
+
+
+SKELETON_MIN_BYTES = 1 << 16
+"""Initializers of at least this many bytes are left out of the copy of the model that the ONNX
+checker and shape inference see (see without_large_weights)."""
+
+
+def without_large_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its large initializers declared as graph inputs of the same type and shape
+    instead (itself when it has none).
+
+    The checker and shape inference each serialize the whole model, and shape inference returns it
+    whole again: seconds for a model of hundreds of MB (VGG's 500 MB), although neither needs a
+    weight's values (constants that carry shapes, such as a Reshape's target, are small). The guard
+    has already checked every initializer's dtype and data against its dims."""
+    graph = proto.graph
+    large = {t.name for t in graph.initializer if t.ByteSize() >= SKELETON_MIN_BYTES}
+    if not large:
+        return proto
+    skeleton = onnx.ModelProto()
+    _copy_fields(proto, skeleton, skip="graph")
+    _copy_fields(graph, skeleton.graph, skip="initializer")
+    skeleton.graph.initializer.extend(t for t in graph.initializer if t.name not in large)
+    declared = {i.name for i in graph.input}
+    skeleton.graph.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in graph.initializer
+        if t.name in large and t.name not in declared
+    )
+    return skeleton
+
+
+def _copy_fields(src: Any, dst: Any, *, skip: str) -> None:
+    """Every field set in the protobuf message `src` but `skip`, copied into `dst`."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
 
 
 def _first_line(e: Exception) -> str:

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from compiler.errors import ModelError, ShapeError, UnsupportedOpError
-from compiler.frontend.onnx import load_onnx
+from compiler.frontend.onnx import load_onnx, without_large_weights
 from compiler.graph.ir import Const, Var
 from tests.compiler.frontend.onnx_check import check_against_ort, make_model, single_op
 
@@ -298,3 +298,59 @@ def test_einsums_temper_cannot_lower_are_named(
     with pytest.raises(ShapeError, match=words) as info:
         load_onnx(model.SerializeToString())
     assert "the_einsum" in str(info.value)
+
+
+# ---- large weights ----------------------------------------------------------------------------------
+
+
+def large_weight_model(*, weight_is_input: bool = False) -> onnx.ModelProto:
+    """A MatMul by a weight above SKELETON_MIN_BYTES, then a Reshape by a small constant target."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((256, 128)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Reshape", ["h", "target"], ["y"], name="reshape"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", FLOAT, [2, 256])]
+    if weight_is_input:  # an initializer may also be declared as an input (its default value)
+        inputs.append(helper.make_tensor_value_info("w", FLOAT, [256, 128]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        inputs,
+        [helper.make_tensor_value_info("y", FLOAT, [4, 64])],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.array([4, 64]), "target")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("weight_is_input", [False, True])
+def test_the_checker_and_shape_inference_see_large_weights_as_inputs(weight_is_input: bool) -> None:
+    model = large_weight_model(weight_is_input=weight_is_input)
+    skeleton = without_large_weights(model)
+    assert [t.name for t in skeleton.graph.initializer] == ["target"]  # shape-carrying constants stay
+    assert [i.name for i in skeleton.graph.input] == ["x", "w"]  # declared once
+    assert skeleton.graph.node == model.graph.node and skeleton.opset_import == model.opset_import
+    onnx.checker.check_model(skeleton)
+    inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=True, strict_mode=True).graph
+    assert [d.dim_value for d in inferred.output[0].type.tensor_type.shape.dim] == [4, 64]
+    assert len(model.graph.initializer) == 2  # the model itself is left alone
+    small = small_conv_model()
+    assert without_large_weights(small) is small
+
+
+def test_a_model_with_large_weights_runs_like_onnxruntime() -> None:
+    model = large_weight_model()
+    x = np.random.default_rng(4).standard_normal((2, 256)).astype(np.float32)
+    check_against_ort(model, {"x": x})
+
+
+def test_errors_in_a_model_with_large_weights_are_still_found() -> None:
+    model = large_weight_model()
+    model.graph.node[0].input[0] = "undefined_value"
+    with pytest.raises(ModelError, match="checker"):
+        load_onnx(model.SerializeToString())
+    model = large_weight_model()
+    model.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(np.array([5, 64]), "target"))
+    with pytest.raises(ModelError, match="node name: reshape"):  # the small target still counts
+        load_onnx(model)
