@@ -317,6 +317,44 @@ def test_blocked_conv_register_tiles_match_onnxruntime(  # type: ignore[no-untyp
 
 
 @pytest.mark.parametrize(
+    ("batch", "groups", "k", "stride", "hw"),
+    [(2, 1, 3, 1, 9), (1, 2, 3, 1, 11), (2, 2, 1, 2, 13), (3, 1, 5, 1, 7)],
+)
+def test_plane_tiles_of_batched_and_grouped_convs_match_onnxruntime(  # type: ignore[no-untyped-def]
+    batch: int, groups: int, k: int, stride: int, hw: int, tmp_path
+) -> None:
+    """Register tiles over the plane (plane_tile) forced on batched and grouped convs: the parallel
+    loop runs over images and channel groups, the tiles cross the rows' ends (a tile tail on the
+    plane's last columns), against onnxruntime."""
+    rng = np.random.default_rng(batch * 100 + groups * 10 + k)
+    lanes = parse_target("host").lanes()
+    c, oc = 2 * lanes * groups, 4 * lanes
+    x = _randn(rng, batch, c, hw, hw + 2)
+    weight = _randn(rng, oc, c // groups, k, k) / np.float32(np.sqrt(k * k * c))
+    model, feeds = single_op(
+        "Conv",
+        {"x": x},
+        {"w": weight, "b": _randn(rng, oc)},
+        pads=[k // 2] * 4,
+        strides=[stride, stride],
+        group=groups,
+    )
+    data = model.SerializeToString()
+    direct = frozenset({"conv_algorithm"})
+    plain = compile_model(data, CompileOptions(disabled_passes=direct))
+    (kernel,) = [q for q in plain.kernels if q.workload.anchor_op == "conv2d_nchwc"]
+    sch, _ = default_schedule(kernel.workload, _Forced({"plane_tile": True, "nb": 2, "owt": 5}))
+    assert sch.decisions["plane_tile"] is True, sch.decisions
+    choice = ScheduleChoice(sch.trace, {"source": "override"})
+    compiled = compile_model(data, CompileOptions(overrides={"node": choice}, disabled_passes=direct))
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run(feeds)
+    for name, want in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize(
     ("pad_at", "stride", "k", "hw"),
     [("row", 1, 3, 23), ("row", 2, 3, 30), ("row", 2, 5, 17), ("kernel", 2, 3, 30), ("row", 1, 7, 12)],
 )
