@@ -96,17 +96,20 @@ def import_model(
     """load_onnx, with what the file declared about itself (its opset)."""
     proto = parse_model(model, limits, external_data)
     declared = _default_opset(proto)
+    skeleton = without_large_weights(proto)
     try:
-        onnx.checker.check_model(without_large_weights(proto))
+        onnx.checker.check_model(skeleton)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"model fails the ONNX checker: {_first_line(e)}") from None
     except (ValueError, RuntimeError, UnicodeError) as e:  # the checker's other ways of saying no
         raise ModelError(f"model fails the ONNX checker: {type(e).__name__}: {_first_line(e)}") from None
-    proto = to_native_opset(proto, declared)
+    native = to_native_opset(proto, declared)
+    if native is not proto:
+        proto, skeleton = native, without_large_weights(native)
     opset = _default_opset(proto)
     try:
         inferred: onnx.GraphProto | None = onnx.shape_inference.infer_shapes(
-            without_large_weights(proto), check_type=True, strict_mode=True
+            skeleton, check_type=True, strict_mode=True
         ).graph
         inference_error = ""
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:

@@ -549,15 +549,7 @@ def _chunked_reduction(sch: Schedule, nest: ConvNest, loops: list[str], chunk: i
     ocbo, ocbi, loh, owo, owi, lrcb = loops
     rcbo, rcbi = sch.split(lrcb, [None, chunk])
     sch.reorder(ln, ocbo, rcbo, loh, owo, rcbi, lry, lrx, lrci, owi, ocbi, loc)
-    outer = sch.fuse(ln, ocbo)
-    if nest.threads:
-        sch.parallel(outer)
-    sch.unroll(ocbi)
-    sch.unroll(owi)
-    sch.vectorize(loc)
-    _pack_tile_weights(sch, nest, nb)
-    sch.reverse_compute_at(nest.consumer, outer)
-    sch.decompose_reduction(nest.conv, rcbo)
+    _per_group(sch, nest, [ocbo, ocbi, owi], nb, rcbo)
 
 
 def _plane_tiles(sch: Schedule, nest: ConvNest, loops: list[str], nb: int, owt: int) -> None:
@@ -569,15 +561,24 @@ def _plane_tiles(sch: Schedule, nest: ConvNest, loops: list[str], nb: int, owt: 
     sch.reorder(ln, ocbo, loh, low, ocbi)
     po, pi = sch.split(sch.fuse(loh, low), [None, owt])
     sch.reorder(ln, ocbo, po, lrcb, lry, lrx, lrci, pi, ocbi, loc)
-    outer = sch.fuse(ln, ocbo)
+    _per_group(sch, nest, [ocbo, ocbi, pi], nb, lrcb)
+
+
+def _per_group(sch: Schedule, nest: ConvNest, loops: list[str], nb: int, init_at: str) -> None:
+    """The common end of the schedules whose tiles cover a group's whole plane before its epilogue
+    (_chunked_reduction, _plane_tiles): images and groups of output channel blocks fused into the
+    parallel loop, the tile's blocks and columns (`loops`: group, block, column) unrolled, the
+    epilogue after the group, the accumulators zeroed before `init_at`."""
+    ocbo, ocbi, cols = loops
+    outer = sch.fuse(nest.loops[0], ocbo)
     if nest.threads:
         sch.parallel(outer)
     sch.unroll(ocbi)
-    sch.unroll(pi)
-    sch.vectorize(loc)
+    sch.unroll(cols)
+    sch.vectorize(nest.loops[4])
     _pack_tile_weights(sch, nest, nb)
     sch.reverse_compute_at(nest.consumer, outer)
-    sch.decompose_reduction(nest.conv, lrcb)
+    sch.decompose_reduction(nest.conv, init_at)
 
 
 def _schedule(sch: Schedule, info: KernelInfo) -> None:
