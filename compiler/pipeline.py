@@ -301,6 +301,8 @@ def _llvm_text(b: Build) -> str:
 
 
 def _asm_text(b: Build) -> str:
+    """The library's assembly, optimised and emitted from its LLVM module (inspect does not build
+    the objects first: that would run LLVM over the whole library twice)."""
     assert b.library is not None
     return b.library.assembly()
 
@@ -310,6 +312,8 @@ class Stage:
     name: str
     run: Callable[[Build], None]  # builds this stage's part from the stages before it
     show: Callable[[Build], str]  # its text (what `temper inspect --stage NAME` prints)
+    # the text is made from the stage before it, not from `run`'s result: inspect skips `run`
+    shown_from_previous: bool = False
 
 
 # the compiler, in order: compile_model runs every stage, inspect_model runs up to the one asked
@@ -320,7 +324,7 @@ PIPELINE: tuple[Stage, ...] = (
     Stage("tir", _lower, _kernels_text),
     Stage("scheduled", _schedule, _scheduled_text),
     Stage("llvm", _emit_llvm, _llvm_text),
-    Stage("asm", _emit_object, _asm_text),
+    Stage("asm", _emit_object, _asm_text, shown_from_previous=True),
 )
 STAGES = tuple(stage.name for stage in PIPELINE)
 
@@ -612,8 +616,9 @@ def inspect_model(
     options = options or CompileOptions()
     if stage not in STAGES:
         raise CompilerError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
-    until = stage
-    if options.overrides and STAGES.index(stage) < STAGES.index("tir"):
+    asked = PIPELINE[STAGES.index(stage)]
+    until = STAGES[STAGES.index(stage) - 1] if asked.shown_from_previous else stage
+    if options.overrides and STAGES.index(until) < STAGES.index("tir"):
         until = "tir"
     b = run_stages(Build.start(model, options, schedules, only=kernel), until)
-    return PIPELINE[STAGES.index(stage)].show(b)
+    return asked.show(b)

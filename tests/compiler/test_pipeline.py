@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compiler.codegen.library import CodeLibrary
 from compiler.errors import CompilerError
 from compiler.pipeline import (
     PIPELINE,
@@ -84,6 +85,16 @@ def test_named_targets_generate_their_vector_width(model: bytes, cpu: str, regis
     assert register in asm
     compiled = compile_model(model, CompileOptions(target=cpu))
     assert compiled.manifest["target"]["cpu"] == cpu
+
+
+def test_inspect_asm_emits_the_assembly_without_building_objects(
+    model: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_objects(self: CodeLibrary) -> list[bytes]:
+        raise AssertionError("inspect built the objects before emitting the assembly")
+
+    monkeypatch.setattr(CodeLibrary, "objects", no_objects)
+    assert "ret" in inspect_model(model, "asm", CompileOptions())
 
 
 def test_unknown_target_and_bad_opt_level_are_clear_errors(model: bytes) -> None:
