@@ -137,3 +137,30 @@ def test_tuned_model_table_reports_tvm_beside_the_others() -> None:
     assert dict(zip(header, cells, strict=True))["TVM tuned ms"] == "error"
     header, [cells] = model_table([row], with_tvm=False)
     assert "TVM tuned ms" not in header and len(header) == len(cells)
+
+
+def test_operator_tuning_row_reports_the_conv_kernel_beside_its_layout_transforms() -> None:
+    """A single conv compiles to its kernel and the layout transforms at the model's ends: the
+    operator row reads the conv's own task (the one with the op's FLOPs)."""
+    import argparse
+
+    from bench.tune import bench_operator
+
+    spec = {
+        "name": "conv_small",
+        "op": "conv2d",
+        "x": [1, 16, 14, 14],
+        "w": [32, 16, 3, 3],
+        "stride": 1,
+        "pad": 1,
+        "flops": 2 * 32 * 16 * 9 * 14 * 14,
+    }
+    args = argparse.Namespace(opt_level=2, patience=None, with_tvm=False, quick=True)
+    settings = common.Settings(warmup=0, repeat=3, min_time=0.0, max_time=1.0)
+    row = bench_operator(spec, [2], args, settings)
+    [run] = row["runs"]
+    assert "error" not in run["temper"], run["temper"]
+    tasks = run["temper"]["per_task"]
+    assert len(tasks) > 1  # the conv and its transforms: the case this row must read correctly
+    assert run["temper"]["best_gflops"] == max(tasks, key=lambda t: t["flops"])["best_gflops"] > 0
+    assert run["timings"]["temper"]["gflops"] > 0
