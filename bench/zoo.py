@@ -16,7 +16,9 @@ it (its records count against the budget), so a long tuned run can be stopped an
 
 `--profile NAME` prints where the time goes: temper's per-kernel profile (Module.profile) beside
 onnxruntime's own per-node profile (SessionOptions.enable_profiling), each summed by ONNX op type, with
-temper's kernels listed by the ONNX nodes they fused.
+temper's kernels listed by the ONNX nodes they fused. Beside each temper time is the kernel's time
+alone (`Module.profile(alone=True)`: called back to back, its data warm in the caches), so that what
+the model's memory traffic costs each kernel shows apart from its arithmetic.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ def _profile(
         compiled.save(path)
         module = compiler.runtime.load(path)
         kernels = module.profile(feeds, repeat=20)
+        alone = {k["step"]: float(k["median"]) for k in module.profile(feeds, repeat=20, alone=True)}
         options = ort.SessionOptions()
         options.intra_op_num_threads = THREADS
         options.enable_profiling = True
@@ -172,11 +175,13 @@ def _profile(
         events = json.loads(Path(session.end_profiling()).read_text())
     fused = {k["name"]: k.get("nodes", []) for k in compiled.manifest.get("kernels", [])}
     temper_by_op: dict[str, float] = collections.defaultdict(float)
+    alone_by_op: dict[str, float] = collections.defaultdict(float)
     for call in kernels:
         nodes = fused.get(call["kernel"], [])
         main = next((op_of[n] for n in nodes if op_of.get(n) not in (None, "Add", "Relu")), None)
         main = main or next((op_of[n] for n in nodes if n in op_of), "(other)")
         temper_by_op[main] += float(call["median"])
+        alone_by_op[main] += alone[call["step"]]
     ort_by_op: dict[str, list[float]] = collections.defaultdict(list)
     ort_by_node: dict[str, float] = collections.defaultdict(float)  # seconds per run
     for event in events:
@@ -185,11 +190,15 @@ def _profile(
             ort_by_node[event["name"].removesuffix("_kernel_time")] += event["dur"] / 1e6 / 20
     ort_per_run = {op: sum(d) / 20 for op, d in ort_by_op.items()}
     print(f"{name}: time per run by ONNX op type (temper: the main op of each fused kernel)")
-    print(f"{'op':<28}{'temper ms':>12}{'onnxruntime ms':>16}")
+    print(f"{'op':<28}{'temper ms':>12}{'alone ms':>10}{'onnxruntime ms':>16}")
     for op in sorted(set(temper_by_op) | set(ort_per_run), key=lambda o: -temper_by_op.get(o, 0.0)):
-        print(f"{op:<28}{temper_by_op.get(op, 0.0) * 1e3:>12.3f}{ort_per_run.get(op, 0.0) * 1e3:>16.3f}")
-    print(f"{'total':<28}{sum(temper_by_op.values()) * 1e3:>12.3f}{sum(ort_per_run.values()) * 1e3:>16.3f}")
-    print("\ntemper's slowest kernels (onnxruntime: its nodes of the same names, where it kept them):")
+        mine, hot = temper_by_op.get(op, 0.0) * 1e3, alone_by_op.get(op, 0.0) * 1e3
+        print(f"{op:<28}{mine:>12.3f}{hot:>10.3f}{ort_per_run.get(op, 0.0) * 1e3:>16.3f}")
+    total, hot = sum(temper_by_op.values()) * 1e3, sum(alone_by_op.values()) * 1e3
+    print(f"{'total':<28}{total:>12.3f}{hot:>10.3f}{sum(ort_per_run.values()) * 1e3:>16.3f}")
+    print("(alone: each kernel called back to back, its data warm in the caches; the difference from")
+    print(" temper's in-model time is what the model's memory traffic costs the kernel)")
+    print("\ntemper's slowest kernels, in the model and alone (onnxruntime: its nodes of the same names):")
     for call in sorted(kernels, key=lambda k: -float(k["median"]))[:top]:
         names = list(dict.fromkeys(fused.get(call["kernel"], [])))
         # onnxruntime's NCHWc transformer names the node it makes after its output: "<output>_nchwc"
@@ -197,7 +206,8 @@ def _profile(
         ort_ms = sum(ort_by_node.get(n, 0.0) for n in theirs_names) * 1e3
         theirs = f"{ort_ms:8.3f} ms" if ort_ms > 0 else f"{'-':>11}"
         mine = float(call["median"]) * 1e3
-        print(f"  {mine:8.3f} ms {theirs}  {call['kernel']}  ({', '.join(names)[:100]})")
+        hot = alone[call["step"]] * 1e3
+        print(f"  {mine:8.3f} ms {hot:8.3f} ms {theirs}  {call['kernel']}  ({', '.join(names)[:100]})")
 
 
 def _ratio(latency: dict[str, float], system: str) -> float | None:

@@ -400,9 +400,17 @@ class Module:
             "number": float(number),
         }
 
-    def profile(self, feeds: Mapping[str, np.ndarray], *, repeat: int = 20) -> list[dict[str, Any]]:
+    def profile(
+        self, feeds: Mapping[str, np.ndarray], *, repeat: int = 20, alone: bool = False
+    ) -> list[dict[str, Any]]:
         """Median time of every kernel call (seconds), in plan order, slowest calls being where
-        tuning pays off. Each entry: step, kernel, median, share (of the summed medians)."""
+        tuning pays off. Each entry: step, kernel, median, share (of the summed medians).
+
+        By default each kernel is timed in its place in the model: `repeat` runs, every call timed.
+        With `alone`, each kernel is called `repeat` times back to back after one run of the model
+        (a kernel computes its output from its operands only, so the buffers hold the same values):
+        its operands and weights are then warm in the caches, and the difference from its in-model
+        time is what the model's memory traffic costs it there."""
         if repeat < 1:
             raise ValueError("profile needs repeat >= 1")
         arrays = self._check_feeds(feeds)
@@ -411,19 +419,30 @@ class Module:
             for name, array in arrays.items():
                 np.copyto(self._feeds[name], array)
             self._execute()
-            for _ in range(repeat):
-                for index, (fn, pointers, kernel) in enumerate(self._calls):
-                    start = time.perf_counter()
-                    code = fn(pointers)
-                    times[index].append(time.perf_counter() - start)
-                    if code:
-                        raise KernelError(kernel, index, code)
+            if alone:
+                for index in range(len(self._calls)):
+                    self._timed_call(index)  # warms the caches: left out
+                    times[index] = [self._timed_call(index) for _ in range(repeat)]
+            else:
+                for _ in range(repeat):
+                    for index in range(len(self._calls)):
+                        times[index].append(self._timed_call(index))
         medians = [statistics.median(t) for t in times]
         total = sum(medians) or 1.0
         return [
             {"step": i, "kernel": call[2], "median": m, "share": m / total}
             for i, (call, m) in enumerate(zip(self._calls, medians, strict=True))
         ]
+
+    def _timed_call(self, index: int) -> float:
+        """Seconds the kernel call at `index` of the plan takes (the caller holds the lock)."""
+        fn, pointers, kernel = self._calls[index]
+        start = time.perf_counter()
+        code = fn(pointers)
+        elapsed = time.perf_counter() - start
+        if code:
+            raise KernelError(kernel, index, code)
+        return elapsed
 
 
 def load(source: Source, *, key: bytes | None = None) -> Module:

@@ -152,6 +152,35 @@ def test_benchmark_reports_latencies(artifact: Path) -> None:
         load(artifact).benchmark({"x": np.zeros((2, 3), np.float32)}, repeat=0)
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["in-model", "alone"])
+def test_profile_times_every_call_and_leaves_the_results(
+    artifact: Path, parts: dict, rng: np.random.Generator, alone: bool
+) -> None:
+    """Both orders time every kernel call of the plan, in plan order; after the kernels were called
+    alone (each back to back), the module still runs right."""
+    module = load(artifact)
+    x = rng.standard_normal((2, 3), dtype=np.float32)
+    entries = module.profile({"x": x}, repeat=3, alone=alone)
+    assert [e["step"] for e in entries] == list(range(len(entries)))
+    assert [e["kernel"] for e in entries] == [step["kernel"] for step in parts["plan"]["steps"]]
+    assert all(e["median"] > 0 for e in entries)
+    assert sum(e["share"] for e in entries) == pytest.approx(1.0)
+    got = module.run({"x": x})
+    for name, want in tiny.reference(x).items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="repeat >= 1"):
+        module.profile({"x": x}, repeat=0, alone=alone)
+
+
+@pytest.mark.parametrize("alone", [False, True], ids=["in-model", "alone"])
+def test_profile_names_a_failing_kernel(tmp_path: Path, parts: dict, alone: bool) -> None:
+    parts["plan"]["steps"].append({"kernel": "fail_k", "args": [5]})
+    path = tmp_path / "fail.temper"
+    write_artifact(path, **parts)
+    with pytest.raises(KernelError, match=r"kernel 'fail_k' \(plan step 2\) failed with error code 7"):
+        load(path).profile({"x": np.zeros((2, 3), np.float32)}, repeat=1, alone=alone)
+
+
 @pytest.mark.parametrize(
     ("feeds", "message"),
     [
