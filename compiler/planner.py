@@ -15,6 +15,7 @@ import numpy as np
 
 from compiler.graph.ir import Call, Const, Expr, Graph
 from compiler.kernels import Kernel
+from compiler.tensor_type import raw_bytes
 from compiler.tir.ir import Layout
 
 ALIGN = 64
@@ -100,7 +101,7 @@ def make_plan(fused: Graph, kernels: Mapping[Call, Kernel | None]) -> tuple[dict
             data = c.data if layout is None else pack_constant(c.data, layout)
             off = _align(len(params))
             params.extend(b"\0" * (off - len(params)))
-            params.extend(np.ascontiguousarray(data).tobytes())
+            params.extend(raw_bytes(data))
             param_ids[key] = new(data.shape, str(data.dtype), "param", name=c.name, offset=off)
         return param_ids[key]
 

@@ -46,3 +46,9 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{DTYPES[self.dtype]}[{', '.join(str(d) for d in self.shape)}]"
+
+
+def raw_bytes(a: np.ndarray) -> memoryview:
+    """The array's bytes in C order, as a flat view: copied only when the array is not C-contiguous
+    (hashing or packing a model's weights, hundreds of MB, without copying them)."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8).data

@@ -60,6 +60,16 @@ def _itemsize_bits(data_type: int) -> int | None:
     return _SUB_BYTE_BITS.get(np_dtype.name, np_dtype.itemsize * 8)
 
 
+def declared_bytes(t: onnx.TensorProto) -> int:
+    """The bytes a tensor's dims and dtype promise (0 for strings and unknown dtypes), read without
+    touching its data: asking protobuf for the data or the message's size copies or walks it all."""
+    bits = _itemsize_bits(t.data_type) if t.data_type != onnx.TensorProto.STRING else None
+    numel = 1
+    for d in t.dims:
+        numel *= d
+    return 0 if bits is None else (numel * bits + 7) // 8
+
+
 class _Walk:
     """One pass over every message of a model; raises at the first thing it cannot accept."""
 

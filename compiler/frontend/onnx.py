@@ -138,7 +138,7 @@ def without_large_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
     weight's values (constants that carry shapes, such as a Reshape's target, are small). The guard
     has already checked every initializer's dtype and data against its dims."""
     graph = proto.graph
-    large = {t.name for t in graph.initializer if t.ByteSize() >= SKELETON_MIN_BYTES}
+    large = {t.name for t in graph.initializer if guard.declared_bytes(t) >= SKELETON_MIN_BYTES}
     if not large:
         return proto
     skeleton = onnx.ModelProto()

@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 from compiler.graph.ir import Call, Const, Expr, Graph
+from compiler.tensor_type import raw_bytes
 
 
 def dead_code_elimination(graph: Graph) -> Graph:
@@ -19,7 +20,8 @@ def dead_code_elimination(graph: Graph) -> Graph:
 
 
 def _const_key(c: Const) -> tuple[Any, ...]:
-    return (c.type.dtype, c.type.shape, hashlib.sha256(c.data.tobytes()).digest())
+    """dtype, shape and a digest of the bytes (hashed in place: a model's weights are hundreds of MB)."""
+    return (c.type.dtype, c.type.shape, hashlib.sha256(raw_bytes(c.data)).digest())
 
 
 def common_subexpression_elimination(graph: Graph) -> Graph:
@@ -30,8 +32,7 @@ def common_subexpression_elimination(graph: Graph) -> Graph:
     memo: dict[int, Expr] = {}
     for node in graph.nodes():
         if isinstance(node, Const):
-            kept = consts.setdefault(_const_key(node), node)
-            memo[id(node)] = kept if kept.data.tobytes() == node.data.tobytes() else node
+            memo[id(node)] = consts.setdefault(_const_key(node), node)  # equal digests: equal bytes
         elif isinstance(node, Call):
             args = tuple(memo[id(a)] for a in node.args)
             key = (node.op, tuple(id(a) for a in args), node.attrs)

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.errors import CompilerError, ModelError, ShapeError
-from compiler.frontend.guard import check_model
+from compiler.frontend.guard import check_model, declared_bytes
 from compiler.frontend.onnx import load_onnx
 from compiler.graph.ir import Call, Const
 from compiler.limits import FOLD_ELEMENTS, Limits
@@ -376,3 +376,14 @@ def test_guard_accepts_every_tensor_kind_onnx_writes() -> None:
         )
     )
     assert check_model(model_of([relu()], inits)) == []
+
+
+def test_declared_bytes_comes_from_dims_and_dtype() -> None:
+    """What the skeleton check sizes initializers by: dims x dtype, sub-byte types rounded up to whole
+    bytes, 0 for strings (their size is not in the dims)."""
+    assert declared_bytes(numpy_helper.from_array(np.zeros((3, 4), np.float32), "w")) == 48
+    assert declared_bytes(numpy_helper.from_array(np.zeros((5,), np.float16), "h")) == 10
+    assert declared_bytes(helper.make_tensor("typed", TensorProto.INT64, [2, 3], list(range(6)))) == 48
+    assert declared_bytes(helper.make_tensor("i4", TensorProto.INT4, [3], [1, 2, 3])) == 2
+    assert declared_bytes(helper.make_tensor("s", TensorProto.STRING, [2], [b"a", b"b"])) == 0
+    assert declared_bytes(helper.make_tensor("scalar", TensorProto.FLOAT, [], [1.0])) == 4

@@ -362,6 +362,27 @@ def test_cse_merges_equal_calls_and_constants() -> None:
     check_pass(g, out)
 
 
+def test_cse_merges_constants_by_their_bytes() -> None:
+    """Equal bytes merge whatever the arrays' memory order (a transposed view hashes as its values);
+    0.0 and -0.0 compare equal as numbers but differ in their bytes, and stay apart."""
+    x = var("x", 2, 3)
+    values = np.arange(6, dtype=np.float32).reshape(3, 2)
+    same = (Const("a", np.ascontiguousarray(values.T)), Const("b", values.T))
+    signed = (Const("z", np.zeros((2, 3), np.float32)), Const("nz", np.full((2, 3), -0.0, np.float32)))
+    g = graph(
+        [x],
+        call("add", x, same[0]),
+        call("add", x, same[1]),
+        call("div", x, signed[0]),
+        call("div", x, signed[1]),
+    )
+    out = common_subexpression_elimination(g)
+    assert out.outputs[0] is out.outputs[1]
+    assert out.outputs[2] is not out.outputs[3]
+    assert len([n for n in out.nodes() if isinstance(n, Const)]) == 3
+    check_pass(g, out)
+
+
 def test_cse_keeps_constants_of_other_dtypes_apart() -> None:
     x = var("x", 2, dtype="int64")
     g = graph(
