@@ -64,10 +64,7 @@ def declared_bytes(t: onnx.TensorProto) -> int:
     """The bytes a tensor's dims and dtype promise (0 for strings and unknown dtypes), read without
     touching its data: asking protobuf for the data or the message's size copies or walks it all."""
     bits = _itemsize_bits(t.data_type) if t.data_type != onnx.TensorProto.STRING else None
-    numel = 1
-    for d in t.dims:
-        numel *= d
-    return 0 if bits is None else (numel * bits + 7) // 8
+    return 0 if bits is None else (math.prod(t.dims) * bits + 7) // 8
 
 
 class _Walk:
