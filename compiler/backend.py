@@ -44,6 +44,7 @@ FROZEN_SLOTS: dict[str, tuple[int, ...]] = {
     "Unsqueeze": (1,),
     "Pad": (1, 2, 3),
     "Resize": (1, 2, 3),
+    "Col2Im": (1, 2),
     "ReduceMean": (1,),
     "ReduceSum": (1,),
     "ReduceMax": (1,),

@@ -18,6 +18,7 @@ from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanI
 from compiler.graph.ir import Expr
 from compiler.ops.common import norm_axis, same_pads
 from compiler.ops.conv_transpose import conv_transpose_out_size
+from compiler.tensor_type import TensorType
 
 # ---- shared window handling -------------------------------------------------------------------------
 
@@ -167,9 +168,7 @@ def _conv_transpose_pads(
     return begins + ends, out_pad
 
 
-def _is_pixel_scatter(
-    ctx: NodeContext, x: Expr, w: Expr, g: dict[str, Any], out_pad: Sequence[int]
-) -> bool:
+def _is_pixel_scatter(ctx: NodeContext, x: Expr, w: Expr, g: dict[str, Any], out_pad: Sequence[int]) -> bool:
     """A ConvTranspose whose kernel equals its stride (no pads, dilation or groups): every input pixel
     writes its own k x k block of the output, with no overlap (the 2x2 stride-2 upsampling of
     segmentation and text-detection heads)."""
@@ -229,6 +228,82 @@ def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
         output_padding=tuple(out_pad),
     )
     return [_from_2d(ctx, _add_channel_bias(ctx, y, ctx.optional(2)), ctx.arg(0).type.ndim)]
+
+
+# ---- column-to-image --------------------------------------------------------------------------------
+
+
+def _check_col2im(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """2-D images only (the output's rank, where shape inference knows it)."""
+    rank = info.rank(node.output[0]) if node.output else None
+    if rank is not None and rank != 4:
+        return f"Col2Im of a {rank - 2}-D image (supported: 2-D)"
+    return None
+
+
+def _col2im(ctx: NodeContext) -> Sequence[Expr]:
+    """Col2Im (nn.Fold): every column of the input is one block of the image, summed in where blocks
+    overlap. Blocks that tile the image exactly (stride = block, no padding or dilation) are a
+    rearrangement, as DepthToSpace; any other layout is a grouped ConvTranspose whose kernel is one-hot
+    (block channel (i, j) of each image channel writes its pixel at offset (i, j)), so the overlapping
+    sums, strides, dilations and pads are the transposed convolution's own."""
+    x = ctx.arg(0)
+    image, block = ctx.ints(1, "Col2Im image_shape"), ctx.ints(2, "Col2Im block_shape")
+    if image is None or block is None:
+        raise ctx.error("Col2Im needs image_shape and block_shape")
+    if len(image) != 2 or len(block) != 2:
+        raise ctx.error(f"Col2Im of a {len(image)}-D image with a {len(block)}-D block (supported: 2-D)")
+    if x.type.ndim != 3:
+        raise ctx.error(f"Col2Im input must be 3-D [N, C * block size, blocks], got {list(x.type.shape)}")
+    strides = list(ctx.attr("strides", [1, 1]))
+    dilations = list(ctx.attr("dilations", [1, 1]))
+    pads = list(ctx.attr("pads", [0, 0, 0, 0]))
+    if len(strides) != 2 or len(dilations) != 2 or len(pads) != 4:
+        raise ctx.error(f"strides {strides} / dilations {dilations} / pads {pads} do not match a 2-D image")
+    if min(*image, *block, *strides, *dilations) < 1 or min(pads) < 0:
+        raise ctx.error(
+            f"Col2Im needs positive image_shape {image}, block_shape {block}, strides {strides} and "
+            f"dilations {dilations}, and pads {pads} >= 0"
+        )
+    n, columns, length = x.type.shape
+    kh, kw = block
+    if columns % (kh * kw):
+        raise ctx.error(f"input dim 1 ({columns}) is not a multiple of the block's {kh}x{kw} elements")
+    c = columns // (kh * kw)
+    spans = [image[i] + pads[i] + pads[i + 2] - dilations[i] * (block[i] - 1) - 1 for i in range(2)]
+    if min(spans) < 0:
+        raise ctx.error(f"block {block} (dilations {dilations}) is larger than the padded image {image}")
+    bh, bw = (spans[i] // strides[i] + 1 for i in range(2))
+    if bh * bw != length:
+        raise ctx.error(
+            f"input holds {length} blocks, but a {image[0]}x{image[1]} image with these pads, strides "
+            f"and dilations has {bh}x{bw}"
+        )
+    y = ctx.emit("reshape", [x], shape=(n, columns, bh, bw))
+    if strides == block and dilations == [1, 1] and not any(pads) and [bh * kh, bw * kw] == image:
+        y = ctx.emit("reshape", [y], shape=(n, c, kh, kw, bh, bw))
+        y = ctx.emit("transpose", [y], perm=(0, 1, 4, 2, 5, 3))
+        return [ctx.emit("reshape", [y], shape=(n, c, image[0], image[1]))]
+    if x.type.dtype != "float32":
+        raise ctx.error(f"Col2Im of {x.type.dtype} with overlapping or spaced blocks (supported: float32)")
+    weight_type = TensorType((columns, 1, kh, kw), x.type.dtype)
+    try:
+        ctx.budget.check(weight_type)
+    except ShapeError as e:
+        raise ctx.error(f"Col2Im's one-hot kernel: {e.message}") from None
+    weight = np.zeros(weight_type.shape, dtype=np.float32)
+    channel = np.arange(columns)
+    weight[channel, 0, (channel // kw) % kh, channel % kw] = 1
+    y = ctx.emit(
+        "conv_transpose2d",
+        [y, ctx.new_const(weight, name=f"{ctx.name}.one_hot")],
+        strides=tuple(strides),
+        pads=tuple(pads),
+        dilations=tuple(dilations),
+        groups=c,
+        output_padding=tuple(spans[i] % strides[i] for i in range(2)),
+    )
+    return [y]
 
 
 # ---- pooling ----------------------------------------------------------------------------------------
@@ -460,6 +535,7 @@ CONVERTERS: dict[str, OpConverter] = {
     "ArgMin": OpConverter(_arg_extreme),
     "Conv": OpConverter(_conv, _check_window),
     "ConvTranspose": OpConverter(_conv_transpose, _check_window),
+    "Col2Im": OpConverter(_col2im, _check_col2im),
     "MaxPool": OpConverter(_pool, _check_pool),
     "AveragePool": OpConverter(_pool, _check_pool),
     "GlobalAveragePool": OpConverter(_global_pool("reduce_mean")),

@@ -39,6 +39,7 @@ CLAIMED_OPS: dict[str, str] = {
     # op -> regex of its case names after "test_" (a case is "test_<stem>_<variant>_cpu")
     "Conv": r"basic_conv|conv_with",
     "ConvTranspose": r"convtranspose",
+    "Col2Im": r"col2im",
     "Gemm": r"gemm",
     "MatMul": r"matmul",
     "Add": r"add",
@@ -113,6 +114,7 @@ EXCLUDED: dict[str, str] = {
     "(a dimension of 0): temper's kernels and static memory plan assume every tensor holds elements",
     r"^test_(?:averagepool|maxpool|convtranspose)_(?:1d|3d)_": "1-D and 3-D pooling and transposed "
     "convolution: temper's conv/pool kernels are 2-D (NCHW)",
+    r"^test_col2im_5d": "Col2Im of a 3-D image: temper's transposed convolution is 2-D (NCHW)",
     # -- training-only features ------------------------------------------------------------------------
     r"_training_mode_|^test_training_dropout": "training-mode BatchNormalization/Dropout (batch statistics, "
     "random masks): temper compiles inference graphs",

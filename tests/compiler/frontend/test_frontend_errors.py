@@ -191,6 +191,36 @@ def test_shape_error_names_the_node() -> None:
     assert info.value.node == "bad_add"
 
 
+@pytest.mark.parametrize(
+    ("shape", "image", "block", "attrs", "message"),
+    [
+        ((1, 10, 12), (6, 8), (2, 2), {"strides": [2, 2]}, "not a multiple of the block's 2x2"),
+        ((1, 12, 10), (6, 8), (2, 2), {"strides": [2, 2]}, "holds 10 blocks.*has 3x4"),
+        ((1, 9, 4), (2, 2), (3, 3), {}, "larger than the padded image"),
+        ((1, 4, 4), (5, 5), (2, 2), {"strides": [0, 1]}, "positive"),
+        ((1, 2**20, 1), (1024, 1024), (1024, 1024), {}, "one-hot kernel.*elements"),
+    ],
+)
+def test_col2im_geometry_errors_name_the_node(
+    shape: tuple[int, ...], image: tuple[int, ...], block: tuple[int, ...], attrs: dict, message: str
+) -> None:
+    """Blocks that do not fit the image, and a kernel past the size limit, are refused before any
+    array is made."""
+    consts = {"i": np.array(image, np.int64), "b": np.array(block, np.int64)}
+    model, _ = single_op("Col2Im", {"x": np.zeros(shape, np.float32)}, consts, opset=18, **attrs)
+    with pytest.raises(ShapeError, match=message) as info:
+        load_onnx(model)
+    assert info.value.node == "node"
+
+
+def test_col2im_of_a_3d_image_is_unsupported() -> None:
+    consts = {"i": np.array((3, 3, 3), np.int64), "b": np.array((2, 2, 2), np.int64)}
+    model, _ = single_op("Col2Im", {"x": np.zeros((1, 8, 8), np.float32)}, consts, opset=18)
+    with pytest.raises(UnsupportedOpError, match="Col2Im of a 3-D image") as info:
+        load_onnx(model)
+    assert info.value.nodes == [("node", "Col2Im", 18)]
+
+
 # ---- dynamic dims -----------------------------------------------------------------------------------
 
 

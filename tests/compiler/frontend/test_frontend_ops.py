@@ -468,6 +468,31 @@ case("Transpose_perm", "Transpose", T, perm=[1, 2, 0])
 case("DepthToSpace_DCR", "DepthToSpace", {"x": lambda: randn(1, 8, 2, 3)}, blocksize=2)
 case("DepthToSpace_CRD", "DepthToSpace", {"x": lambda: randn(1, 8, 2, 3)}, blocksize=2, mode="CRD")
 case("SpaceToDepth", "SpaceToDepth", {"x": lambda: randn(1, 2, 4, 6)}, blocksize=2)
+# Col2Im: blocks that tile the image (a rearrangement), overlapping blocks, a remainder row and column,
+# and pads, strides and dilations together (a one-hot transposed convolution)
+COL2IM = {"image": ints(6, 8), "block": ints(2, 2)}
+case("Col2Im_tiles", "Col2Im", {"x": lambda: randn(2, 12, 12)}, COL2IM, opset=18, strides=[2, 2])
+case(
+    "Col2Im_overlap", "Col2Im", {"x": lambda: randn(2, 18, 12)}, {"i": ints(5, 6), "b": ints(3, 3)}, opset=18
+)
+case(
+    "Col2Im_remainder",
+    "Col2Im",
+    {"x": lambda: randn(1, 8, 9)},
+    {"i": ints(7, 7), "b": ints(2, 2)},
+    opset=18,
+    strides=[2, 2],
+)
+case(
+    "Col2Im_pads_strides_dilations",
+    "Col2Im",
+    {"x": lambda: randn(1, 12, 36)},
+    {"i": ints(7, 9), "b": ints(2, 3)},
+    opset=18,
+    strides=[2, 1],
+    pads=[1, 0, 1, 2],
+    dilations=[2, 1],
+)
 case("Concat", "Concat", {"a": lambda: randn(2, 3), "b": lambda: randn(2, 1)}, {"c": randn(2, 2)}, axis=-1)
 case("Slice", "Slice", T, {"st": ints(0, 1), "en": ints(2, 100), "ax": ints(0, 2)})
 case(
