@@ -9,7 +9,16 @@ transformed (V = B^T d B, U = G g G^T), multiplied elementwise and summed over i
 weight of conv2d_nchwc.
 
 Input x is [N, C/ib, H, W, ib], the output [N, OC/ob, OH, OW, ob] (ib = ob = the channel block).
-Attributes: pads (top, left, bottom, right) and tile (m: 2, 3 or 4).
+Attributes: pads (top, left, bottom, right), tile (m: 2, 3 or 4) and, for a dilated conv, dilations
+(dh, dw; absent means (1, 1)).
+
+A conv dilated by d is d x d independent undilated convs, one per phase of the plane (the rows
+r = p mod d, the columns likewise), which share the filter: its output tiles are m x m pixels d apart,
+read from (m+2) x (m+2) input pixels d apart, and the same algebra applies. So the tiles along an
+axis are d phases of ceil(ceil(OH/d) / m) tiles each, tile t starting at row (t mod d) + d m (t div d)
+(`tile_origin`); the transformed weights are shared by every phase, as the products of an undilated
+conv share them between its tiles. The transformed outputs are then stored tile by tile and gathered
+into the output by the epilogue (an undilated conv computes them straight into the output).
 
 The transforms' coefficients are small integers and fractions (exact in float32 for the input and
 output transforms), but F(4x4) amplifies rounding more than a direct sum: its results differ from
@@ -156,13 +165,35 @@ def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
             f"conv2d_winograd_nchwc with tile {m}: input {list(x.shape)} and transformed weight "
             f"{list(u.shape)} do not match (expected [{m + 2}, {m + 2}, OC/{ib}, {icb}, {ib}, {ib}])"
         )
-    window = {"strides": (1, 1), "pads": tuple(pads), "dilations": (1, 1)}  # a stride-1 3x3 conv's
+    dilations = _dilations(attrs)
+    window = {"strides": (1, 1), "pads": tuple(pads), "dilations": dilations}  # a stride-1 3x3 conv's
     oh, ow = conv_output_hw("conv2d_winograd_nchwc", x, (KERNEL, KERNEL), window)
     return TensorType((n, ocb, oh, ow, ob), x.dtype)
 
 
-def _tiles(oh: int, ow: int, m: int) -> tuple[int, int]:
-    return -(-oh // m), -(-ow // m)
+def _dilations(attrs: dict[str, Any]) -> tuple[int, int]:
+    if "dilations" not in attrs:
+        return 1, 1
+    dh, dw = ints_attr(attrs, "dilations", 2)
+    if dh < 1 or dw < 1:
+        raise fail(f"conv2d_winograd_nchwc dilations must be positive, got {[dh, dw]}")
+    return dh, dw
+
+
+def axis_tiles(size: int, m: int, d: int = 1) -> int:
+    """Tiles along an output axis of `size` pixels: d phases of ceil(ceil(size / d) / m) tiles."""
+    per_phase = -(-size // d)
+    return d * -(-per_phase // m)
+
+
+def _tiles(oh: int, ow: int, m: int, dilations: tuple[int, int] = (1, 1)) -> tuple[int, int]:
+    return axis_tiles(oh, m, dilations[0]), axis_tiles(ow, m, dilations[1])
+
+
+def tile_origin(t: np.ndarray, m: int, d: int) -> np.ndarray:
+    """The first output row (or column) of tiles t along an axis dilated by d."""
+    origin: np.ndarray = t % d + d * m * (t // d)
+    return origin
 
 
 def _reference(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
@@ -170,20 +201,26 @@ def _reference(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x, u = a
     m = attrs["tile"]
     pt, pl, pb, pr = attrs["pads"]
+    dh, dw = _dilations(attrs)
     bt, _, at = matrices(m)
     n, icb, h, w, ib = x.shape
-    oh, ow = h + pt + pb - 2, w + pl + pr - 2
-    th, tw = _tiles(oh, ow, m)
-    xp = np.zeros((n, icb, m * th + 2, m * tw + 2, ib))
+    oh, ow = h + pt + pb - 2 * dh, w + pl + pr - 2 * dw
+    th, tw = _tiles(oh, ow, m, (dh, dw))
+    xp = np.zeros((n, icb, m * th + 2 * dh, m * tw + 2 * dw, ib))
     xp[:, :, pt : pt + h, pl : pl + w] = x
-    rows = np.arange(th)[:, None] * m + np.arange(m + 2)[None, :]  # [th, alpha]
-    cols = np.arange(tw)[:, None] * m + np.arange(m + 2)[None, :]
+    row0, col0 = tile_origin(np.arange(th), m, dh), tile_origin(np.arange(tw), m, dw)
+    rows = row0[:, None] + dh * np.arange(m + 2)[None, :]  # [th, alpha]
+    cols = col0[:, None] + dw * np.arange(m + 2)[None, :]
     tiles = xp[:, :, rows[:, :, None, None], cols[None, None, :, :]]  # [n, icb, th, alpha, tw, alpha, ib]
     v = np.einsum("ak,bl,ncikjlx->abncijx", bt, bt, tiles)
     mm = np.einsum("abncijx,abocxy->abnoijy", v, u.astype(np.float64))
     y = np.einsum("pa,qb,abnoijy->noipjqy", at, at, mm)  # [n, ocb, th, m, tw, m, ob]
-    y = y.reshape(n, u.shape[2], th * m, tw * m, u.shape[5])[:, :, :oh, :ow]
-    return np.ascontiguousarray(y.astype(x.dtype))
+    # output pixel (tile t, position i) is row tile_origin(t) + d i: every row below m * th once
+    out = np.zeros((n, u.shape[2], m * th, m * tw, u.shape[5]))
+    out_rows = row0[:, None] + dh * np.arange(m)[None, :]  # [th, m]
+    out_cols = col0[:, None] + dw * np.arange(m)[None, :]
+    out[:, :, out_rows[:, :, None, None], out_cols[None, None, :, :]] = y
+    return np.ascontiguousarray(out[:, :, :oh, :ow].astype(x.dtype))
 
 
 def _linear_combination(coefs: Sequence[tuple[Fraction, Expr]]) -> Expr:
@@ -226,19 +263,26 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
     alpha = m + 2
     bt, _, at = (_MATRICES[m][0], None, _MATRICES[m][2])
     pt, pl, _, _ = attrs["pads"]
+    dh, dw = _dilations(attrs)
     n, icb, h, w, ib = x.shape
     _, ocb, oh, ow, ob = out.shape
-    th, tw = _tiles(oh, ow, m)
-    xp = pad_tensor(x, (0, 0, pt, pl, 0), (0, 0, m * th + 2 - h - pt, m * tw + 2 - w - pl, 0), 0.0, name)
+    th, tw = _tiles(oh, ow, m, (dh, dw))
+    after = (0, 0, m * th + 2 * dh - h - pt, m * tw + 2 * dw - w - pl, 0)
+    xp = pad_tensor(x, (0, 0, pt, pl, 0), after, 0.0, name)
+
+    def origin(t: Expr, d: int) -> Expr:
+        if d == 1:
+            return te.mul(t, te.idx(m))
+        return te.add(BinOp("%", t, te.idx(d)), te.mul(BinOp("//", t, te.idx(d)), te.idx(d * m)))
 
     def input_transform(nn: Expr, c: Expr, ty: Expr, tx: Expr, e: Expr, nu: Expr, ci: Expr) -> Expr:
-        row, col = te.mul(ty, te.idx(m)), te.mul(tx, te.idx(m))
+        row, col = origin(ty, dh), origin(tx, dw)
 
         @functools.cache  # one expression per column sum, shared by the positions that use it
         def column_sum(a: int, j: int) -> Expr:
             return _linear_combination(
                 [
-                    (bt[a][k], xp[nn, c, te.add(row, te.idx(k)), te.add(col, te.idx(j)), ci])
+                    (bt[a][k], xp[nn, c, te.add(row, te.idx(k * dh)), te.add(col, te.idx(j * dw)), ci])
                     for k in range(alpha)
                 ]
             )
@@ -259,6 +303,8 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 
     mm = te.compute((n, ocb, th, tw, alpha, alpha, ob), product, f"{name}_product", tag="anchor_winograd",
                     axis_names=["n", "ocb", "ty", "tx", "eps", "nu", "oc"], dtype=x.dtype)  # fmt: skip
+    if (dh, dw) != (1, 1):
+        return _dilated_output(mm, at, m, (dh, dw), out, name)
 
     def output_transform(nn: Expr, o: Expr, y: Expr, xx: Expr, oc: Expr) -> Expr:
         ty, tx = BinOp("//", y, te.idx(m)), BinOp("//", xx, te.idx(m))
@@ -275,6 +321,42 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
         return _by_position((BinOp("%", y, te.idx(m)), BinOp("%", xx, te.idx(m))), (m, m), at_position)
 
     return te.compute(out.shape, output_transform, name, tag="winograd_output",
+                      axis_names=["n", "ocb", "oh", "ow", "oc"], dtype=out.dtype)  # fmt: skip
+
+
+def _dilated_output(
+    mm: te.Tensor, at: _Matrix, m: int, dilations: tuple[int, int], out: TensorType, name: str
+) -> te.Tensor:
+    """The output transform tile by tile (positions as loops, so unrolling them leaves constant
+    coefficients), then each output pixel gathered from its tile: row y is position (y div d) mod m
+    of tile ((y div d) div m) d + y mod d."""
+    n, ocb, th, tw, alpha, _, ob = mm.shape
+
+    def tile_transform(nn: Expr, o: Expr, ty: Expr, tx: Expr, i: Expr, j: Expr, oc: Expr) -> Expr:
+        @functools.cache
+        def column_sum(p: int, b: int) -> Expr:
+            return _linear_combination(
+                [(at[p][a], mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc]) for a in range(alpha)]
+            )
+
+        def at_position(p: int, q: int) -> Expr:
+            return _linear_combination([(at[q][b], column_sum(p, b)) for b in range(alpha)])
+
+        return _by_position((i, j), (m, m), at_position)
+
+    tiles = te.compute((n, ocb, th, tw, m, m, ob), tile_transform, f"{name}_tiles", tag="winograd_tiles",
+                       axis_names=["n", "ocb", "ty", "tx", "i", "j", "oc"], dtype=out.dtype)  # fmt: skip
+
+    def tile_of(y: Expr, d: int) -> tuple[Expr, Expr]:
+        q = BinOp("//", y, te.idx(d))
+        t = te.add(te.mul(BinOp("//", q, te.idx(m)), te.idx(d)), BinOp("%", y, te.idx(d)))
+        return t, BinOp("%", q, te.idx(m))
+
+    def gather(nn: Expr, o: Expr, y: Expr, xx: Expr, oc: Expr) -> Expr:
+        (ty, i), (tx, j) = tile_of(y, dilations[0]), tile_of(xx, dilations[1])
+        return tiles[nn, o, ty, tx, i, j, oc]
+
+    return te.compute(out.shape, gather, name, tag="winograd_output",
                       axis_names=["n", "ocb", "oh", "ow", "oc"], dtype=out.dtype)  # fmt: skip
 
 
@@ -348,6 +430,13 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
     c, oc = ext[7] * ext[8], n_ocb * ob
     m = alpha - 2
     threads = sch.decide("parallel", [True, False], 2 * math.prod(ext) >= MIN_PARALLEL_FLOPS)
+    tiles = f"{base}_tiles"
+    if tiles in sch.blocks():  # dilated: whole passes, the outputs stored by tile, then gathered
+        _three_passes(sch, info, product, inp, tiles, threads, m)
+        parallel_vectorize(sch, out, info.target)
+        if pad in sch.blocks():
+            parallel_vectorize(sch, pad, info.target)
+        return
     chunk = sch.decide("chunk", chunk_options(c, oc, tw, alpha), chunk_default(c, oc, th, tw, alpha))
     if chunk:
         _chunked(sch, info, product, inp, out, threads, m, chunk)
@@ -385,9 +474,13 @@ def _three_passes(
     if threads:
         sch.parallel(outer)
 
-    ln, locb, loh, low, loc = [f.var.name for f in root_loops(sch, out)]
-    oho, ohi = sch.split(loh, [None, m])
-    owo, owi = sch.split(low, [None, m])
+    loops = [f.var.name for f in root_loops(sch, out)]
+    if len(loops) == 7:  # a dilated conv's tiles: (n, ocb, ty, tx, i, j, oc)
+        ln, locb, oho, owo, ohi, owi, loc = loops
+    else:
+        ln, locb, loh, low, loc = loops
+        oho, ohi = sch.split(loh, [None, m])
+        owo, owi = sch.split(low, [None, m])
     sch.reorder(ln, locb, oho, owo, loc, ohi, owi)
     outer = sch.fuse(ln, locb, oho)
     if threads:

@@ -175,6 +175,33 @@ def test_random_winograd_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no
     _check(model, feeds, tmp_path, opt_level=3)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_dilated_winograd_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Dilated 3x3 convs as Winograd over the phases of their plane (DeepLab's atrous backbone):
+    dilations of 2 to 4, different per axis, planes that no dilation or tile divides, pads other than
+    the dilation, batches and a fused bias."""
+    rng = np.random.default_rng(1700 + seed)
+    lanes = parse_target("host").lanes()
+    c = lanes * int(rng.integers(-(-32 // lanes), -(-32 // lanes) + 3))
+    dh, dw = (int(d) for d in rng.integers(2, 5, 2)) if seed % 2 else (int(rng.integers(2, 5)),) * 2
+    pads = (
+        [dh, dw, dh, dw]
+        if seed % 3
+        else [int(rng.integers(0, 2 * dh + 1)), int(rng.integers(0, 2 * dw + 1)), dh, dw]
+    )
+    h, w = int(rng.integers(4 * dh, 4 * dh + 11)), int(rng.integers(4 * dw, 4 * dw + 11))
+    x = _randn(rng, int(rng.integers(1, 3)), c, h, w)
+    weight = _randn(rng, c, c, 3, 3) / np.float32(np.sqrt(9 * c))
+    model, feeds = single_op(
+        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, c)}, pads=pads, dilations=[dh, dw]
+    )
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    oh, ow = h + pads[0] + pads[2] - 2 * dh, w + pads[1] + pads[3] - 2 * dw
+    phases_fit = min(-(-oh // dh), -(-ow // dw)) >= 4
+    assert (len(compiled.manifest["conv_algorithms"]["winograd"]) == 1) == phases_fit, (oh, ow, dh, dw)
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
 def _conv3x3_truth(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """A padded 3x3 correlation in float64: the exact result the fp32 kernels round."""
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))

@@ -1,11 +1,13 @@
 """Convolution algorithm selection: direct blocked convolution or Winograd F(m x m, 3 x 3), m = 2, 3, 4.
 
-Runs after alter_layout, on its conv2d_nchwc calls. A 3x3 stride-1 dense conv with enough channels
-on each side spends most of its time in multiply-adds that Winograd's minimal filtering saves: F(4x4)
-does 36 multiplications per channel pair and 4x4 output tile where the direct conv does 144, at the
-price of transforming every input and output tile (work per channel, not per channel pair) and of a
-round trip of the transformed tiles through memory. So the rule wants many channel pairs per tile
-transform and enough tiles to amortize that round trip; below that the direct conv stays.
+Runs after alter_layout, on its conv2d_nchwc calls. A 3x3 stride-1 dense conv (dilated or not: a conv
+dilated by d is d x d undilated convs over the phases of its plane, sharing one transformed weight)
+with enough channels on each side spends most of its time in multiply-adds that Winograd's minimal
+filtering saves: F(4x4) does 36 multiplications per channel pair and 4x4 output tile where the direct
+conv does 144, at the price of transforming every input and output tile (work per channel, not per
+channel pair) and of a round trip of the transformed tiles through memory. So the rule wants many
+channel pairs per tile transform and enough tiles to amortize that round trip; below that the direct
+conv stays.
 
 Every rule states its reason (`why_direct`), recorded in the manifest's `conv_algorithms` entry.
 The rule is a default: when tuning has measured both kernels of a conv (its Winograd kernel and the
@@ -15,7 +17,7 @@ direct one it replaces), the compiler keeps the faster (compiler/pipeline.py, `m
 from __future__ import annotations
 
 from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of
-from compiler.ops.conv2d_winograd import KERNEL, transform_weight
+from compiler.ops.conv2d_winograd import KERNEL, axis_tiles, transform_weight
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
 REWRITES = {"conv2d_nchwc": "conv2d_winograd_nchwc"}
@@ -54,8 +56,8 @@ def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | N
     ocb, icb, kh, kw, ib, ob = w.type.shape
     if (kh, kw) != (KERNEL, KERNEL):
         return f"its kernel is {kh}x{kw}, Winograd here is for 3x3"
-    if tuple(call.attr("strides")) != (1, 1) or tuple(call.attr("dilations")) != (1, 1):
-        return "strided or dilated"
+    if tuple(call.attr("strides")) != (1, 1):
+        return "strided"
     if call.attr("groups", 1) != 1:
         return "grouped (the products over channels are too short)"
     if ib != ob:
@@ -65,21 +67,38 @@ def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | N
     oh, ow = call.type.shape[2], call.type.shape[3]
     if min(oh, ow) < MIN_OUTPUT:
         return f"its output ({oh}x{ow}) is smaller than {MIN_OUTPUT}x{MIN_OUTPUT}"
+    d = _dilations(call)
+    phase = (-(-oh // d[0]), -(-ow // d[1]))
+    if min(phase) < MIN_OUTPUT:
+        return (
+            f"dilated by {d[0]}x{d[1]}, its {oh}x{ow} output is {d[0] * d[1]} phases of "
+            f"{phase[0]}x{phase[1]}, smaller than {MIN_OUTPUT}x{MIN_OUTPUT}"
+        )
     if call.name in keep_direct:
         return MEASURED_FASTER
     m = tile_for(call)
-    saved = flops_saved_per_byte(icb * ib, ocb * ob, oh, ow, m)
+    saved = flops_saved_per_byte(icb * ib, ocb * ob, oh, ow, m, d)
     if saved < MIN_FLOPS_SAVED_PER_BYTE:
+        dilated = f" dilated by {d[0]}x{d[1]}" if d != (1, 1) else ""
         return (
             f"F({m}x{m}) would save {saved:.1f} FLOPs per byte its transformed weights add, under "
-            f"{MIN_FLOPS_SAVED_PER_BYTE} (a {oh}x{ow} output has too few tiles to pay for reading them)"
+            f"{MIN_FLOPS_SAVED_PER_BYTE} (a {oh}x{ow} output{dilated} has too few tiles to pay for reading "
+            "them)"
         )
     return None
 
 
-def flops_saved_per_byte(c: int, oc: int, oh: int, ow: int, m: int) -> float:
-    """FLOPs F(m x m, 3 x 3) saves over the direct conv, per byte of float32 weights it adds."""
-    tiles = -(-oh // m) * -(-ow // m)
+def _dilations(call: Call) -> tuple[int, int]:
+    dh, dw = call.attr("dilations")
+    return int(dh), int(dw)
+
+
+def flops_saved_per_byte(
+    c: int, oc: int, oh: int, ow: int, m: int, dilations: tuple[int, int] = (1, 1)
+) -> float:
+    """FLOPs F(m x m, 3 x 3) saves over the direct conv, per byte of float32 weights it adds (a
+    dilated conv's tiles are counted per phase, each padded to whole tiles)."""
+    tiles = axis_tiles(oh, m, dilations[0]) * axis_tiles(ow, m, dilations[1])
     direct = 2 * oc * c * KERNEL * KERNEL * oh * ow
     products = 2 * oc * c * (m + 2) ** 2 * tiles
     extra = 4 * oc * c * ((m + 2) ** 2 - KERNEL * KERNEL)
@@ -91,11 +110,14 @@ def tile_for(call: Call) -> int:
     plane allow, the one of least `tile_cost`."""
     oh, ow = call.type.shape[2], call.type.shape[3]
     _, icb, _, _, ib, _ = call.args[1].type.shape
-    return min(allowed_tiles(icb * ib, oh, ow), key=lambda m: (tile_cost(oh, ow, m), m))
+    d = _dilations(call)
+    tiles = allowed_tiles(icb * ib, -(-oh // d[0]), -(-ow // d[1]))
+    return min(tiles, key=lambda m: (tile_cost(oh, ow, m, d), m))
 
 
 def allowed_tiles(c: int, oh: int, ow: int) -> list[int]:
-    """The tiles whose rounding a conv of `c` input channels may take (F(2x2) always)."""
+    """The tiles whose rounding a conv of `c` input channels may take (F(2x2) always); oh x ow is
+    one phase's plane for a dilated conv."""
     tiles = [2]
     if c >= MIN_CHANNELS_TILE3:
         tiles.append(3)
@@ -104,12 +126,12 @@ def allowed_tiles(c: int, oh: int, ow: int) -> list[int]:
     return tiles
 
 
-def tile_cost(oh: int, ow: int, m: int) -> int:
+def tile_cost(oh: int, ow: int, m: int, dilations: tuple[int, int] = (1, 1)) -> int:
     """Per channel pair, the products' FLOPs of F(m x m, 3 x 3) over the plane (padded to whole
     tiles) plus its transformed weights' bytes at TILE_WEIGHT_BYTE_FLOPS each: on a large plane the
     largest tile wins (fewest multiplications), on a small one a smaller tile (less padding, fewer
     weight bytes)."""
-    tiles = -(-oh // m) * -(-ow // m)
+    tiles = axis_tiles(oh, m, dilations[0]) * axis_tiles(ow, m, dilations[1])
     return (m + 2) ** 2 * (2 * tiles + 4 * TILE_WEIGHT_BYTE_FLOPS)
 
 
@@ -132,7 +154,8 @@ def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset(
             assert isinstance(w, Const)
             m = tile_for(node)
             u = Const(f"{w.name}.winograd{m}", transform_weight(w.data, m))
-            attrs = attrs_of({"pads": tuple(node.attr("pads")), "tile": m})
+            dilated = {"dilations": _dilations(node)} if _dilations(node) != (1, 1) else {}
+            attrs = attrs_of({"pads": tuple(node.attr("pads")), "tile": m, **dilated})
             made[id(node)] = Call("conv2d_winograd_nchwc", (args[0], u), attrs, node.type, node.name)
         elif any(a is not b for a, b in zip(args, node.args, strict=True)):
             made[id(node)] = Call(node.op, args, node.attrs, node.type, node.name)

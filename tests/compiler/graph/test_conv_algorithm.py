@@ -52,6 +52,59 @@ def test_the_op_matches_a_direct_convolution_with_odd_sizes_and_asymmetric_pads(
     assert direct.shape == (2, 2, 12, 12, B)
 
 
+@pytest.mark.parametrize(
+    ("size", "dilations", "pads"),
+    [
+        ((11, 13), (2, 2), (2, 2, 2, 2)),
+        ((12, 9), (2, 3), (1, 3, 3, 2)),
+        ((28, 28), (4, 4), (4, 4, 4, 4)),
+        ((7, 10), (3, 1), (3, 0, 2, 1)),
+    ],
+)
+def test_the_dilated_op_matches_a_direct_dilated_convolution(
+    size: tuple[int, int], dilations: tuple[int, int], pads: tuple[int, ...]
+) -> None:
+    """Tiles over the phases of the plane: planes that neither the dilation nor the tile divides,
+    dilations that differ per axis, pads other than the dilation."""
+    rng = np.random.default_rng(sum(size))
+    x = rng.standard_normal((2, 3, *size, B)).astype(np.float32)
+    w = rng.standard_normal((16, 24, 3, 3)).astype(np.float32)
+    attrs = {**CONV, "pads": pads, "dilations": dilations}
+    direct = get("conv2d_nchwc").reference([x, pack_weight(w, B, B)], attrs)
+    op = get("conv2d_winograd_nchwc")
+    for m in (2, 3, 4):
+        u = transform_weight(pack_weight(w, B, B), m)
+        winograd = {"pads": pads, "tile": m, "dilations": dilations}
+        assert op.infer([var("x", *x.shape).type, var("u", *u.shape).type], winograd).shape == direct.shape
+        np.testing.assert_allclose(op.reference([x, u], winograd), direct, rtol=1e-4, atol=1e-4)
+
+
+def test_dilated_convs_become_winograd_with_tiles_counted_per_phase() -> None:
+    """DeepLab's atrous backbone: a 28x28 plane dilated by 2 is four 14x14 planes, by 4 sixteen 7x7
+    ones, which share one transformed weight: a 7x7 plane alone saves too little per weight byte,
+    sixteen of them do. A plane of 28 dilated by 12 has phases of 3 rows and stays direct."""
+    from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, flops_saved_per_byte
+
+    assert flops_saved_per_byte(512, 512, 28, 28, 2, (4, 4)) > MIN_FLOPS_SAVED_PER_BYTE
+    # 4 phases of 7 rows each, in 4 tiles of 2 (the eighth row is padding): 16 tiles per axis
+    assert flops_saved_per_byte(1, 1, 28, 28, 2, (4, 4)) == pytest.approx(
+        (2 * 9 * 784 - 2 * 16 * 256) / (4 * 7)
+    )
+    assert flops_saved_per_byte(512, 512, 28, 28, 2, (12, 12)) < flops_saved_per_byte(512, 512, 28, 28, 2)
+    for d, tile in ((2, "F(4x4, 3x3)"), (4, "F(3x3, 3x3)"), (12, None)):
+        x = var("x", 1, 128, 28, 28)
+        out = choose_conv_algorithm(
+            blocked(conv(x, 128, name="c", dilations=(d, d), pads=(d,) * 4), inputs=[x])
+        )
+        report = algorithm_report(out, ran=True)
+        if tile is None:
+            assert "phases of 3x3" in report["direct"]["c"]
+            continue
+        assert report["winograd"] == {"c": tile}
+        (c,) = [c for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
+        assert tuple(c.attr("dilations")) == (d, d) and c.type.shape[2:4] == (28, 28)
+
+
 def test_infer_names_what_does_not_match() -> None:
     op = get("conv2d_winograd_nchwc")
     x = var("x", 1, 4, 10, 10, B).type
@@ -121,8 +174,8 @@ def test_the_tile_cost_weighs_multiplications_against_weight_bytes() -> None:
     ("make", "reason"),
     [
         (lambda x: conv(x, 32, k=1), "its kernel is 1x1"),
-        (lambda x: conv(x, 32, strides=(2, 2)), "strided or dilated"),
-        (lambda x: conv(x, 32, dilations=(2, 2), pads=(2, 2, 2, 2)), "strided or dilated"),
+        (lambda x: conv(x, 32, strides=(2, 2)), "strided"),
+        (lambda x: conv(x, 32, dilations=(4, 4), pads=(4, 4, 4, 4)), "16 phases of 3x3, smaller than 4x4"),
         (lambda x: conv(x, 32, groups=4), "grouped"),
         (lambda x: conv(x, 16), "fewer than 32 input or output channels"),
     ],
