@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import compiler.runtime
 from compiler.kernels import ScheduleChoice, default_schedule
 from compiler.pipeline import CompileOptions, compile_model, inspect_model
 from compiler.target import parse_target
-from tests.compiler.frontend.onnx_check import run_ort, single_op
+from tests.compiler.frontend.onnx_check import make_model, run_ort, single_op
 from tests.compiler.test_compiled_ops import compile_and_run
 
 
@@ -86,6 +87,32 @@ def test_random_grouped_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-
         group=groups,
     )
     _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_half_block_grouped_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Groups an odd number of half vectors wide (RegNet's 24 channels on a 16-lane target), which
+    run in blocks of half the lanes between two dense convs in full blocks: strides 1 and 2, odd
+    planes, a fused bias and ReLU."""
+    rng = np.random.default_rng(950 + seed)
+    half = max(1, parse_target("host").lanes() // 2)
+    per_group, groups = half * int(rng.choice([1, 3, 5])), int(rng.integers(2, 5))
+    c, stride = per_group * groups, int(rng.integers(1, 3))
+    h, w = int(rng.integers(3, 20)), int(rng.integers(3, 20))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[0] * 4),
+        helper.make_node("Conv", ["a", "w2", "b2"], ["g"], group=groups, pads=[1] * 4, strides=[stride] * 2),
+        helper.make_node("Relu", ["g"], ["r"]),
+        helper.make_node("Conv", ["r", "w3"], ["y"], pads=[0] * 4),
+    ]
+    weights = {
+        "w1": _randn(rng, c, c, 1, 1) / np.float32(np.sqrt(c)),
+        "w2": _randn(rng, c, per_group, 3, 3) / np.float32(np.sqrt(9 * per_group)),
+        "b2": _randn(rng, c),
+        "w3": _randn(rng, 2 * half, c, 1, 1) / np.float32(np.sqrt(c)),
+    }
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, [1, c, h, w])}, ["y"], weights)
+    _check(model, {"x": _randn(rng, 1, c, h, w)}, tmp_path, opt_level=3)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -6,7 +6,7 @@ import pytest
 
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, alter_conv_layout, optional_passes, run_passes
-from compiler.graph.passes.alter_layout import why_planar, widened_groups
+from compiler.graph.passes.alter_layout import group_block, why_planar, widened_groups
 from tests.compiler.graph.graph_builders import CONV, call, const, graph, var
 from tests.compiler.graph.test_graph_passes import check_pass, ops
 
@@ -86,6 +86,27 @@ def test_groups_half_a_block_wide_run_blocked_as_whole_block_groups_with_block_d
     assert widened_groups(conv(x, 32, name="q", groups=16), B) is None  # groups of 2: 4x the work
     assert widened_groups(conv(x, 64, name="wider", groups=8), B) is not None  # 8 outputs per group
     assert widened_groups(conv(x, 48, name="uneven", groups=8), B) is None  # 6: not whole output blocks
+
+
+def test_groups_of_whole_half_blocks_run_in_half_blocks_between_transforms() -> None:
+    """RegNet's groups of 24 channels on a 16-lane target: not whole blocks of 16, but of 8, so the
+    grouped conv runs in NCHW8c (weights packed in blocks of 8), converted at its boundaries, while
+    the dense convs around it stay in NCHW16c. Groups of 12 are not whole half blocks either."""
+    x = var("x", 1, 72, 9, 9)
+    y = bias_relu(conv(x, 72, k=1, name="a"), "a")
+    z = bias_relu(conv(y, 72, name="b", groups=3, strides=(2, 2)), "b")
+    g = graph([x], conv(z, 64, k=1, name="c"))
+    out = alter_conv_layout(g, 16)
+    check_pass(g, out, atol=1e-4)
+    (grouped,) = [c for c in out.calls() if c.name == "b"]
+    assert grouped.op == "conv2d_nchwc" and grouped.type.shape == (1, 9, 5, 5, 8)
+    assert grouped.args[1].type.shape == (9, 3, 3, 3, 8, 8) and ".OIHW8i8o" in grouped.args[1].name
+    assert ("NCHW", "NCHW8c") in transforms(out) and ("NCHW8c", "NCHW") in transforms(out)
+    assert [c.type.shape[4] for c in out.calls() if c.op == "conv2d_nchwc" and c.name != "b"] == [16, 16]
+    assert group_block(conv(x, 72, name="g24", groups=3), 16) == 8
+    assert group_block(conv(x, 72, name="g24", groups=3), 8) == 0  # whole blocks of 8 already
+    assert group_block(conv(x, 72, name="g12", groups=6), 16) == 0
+    assert "6 groups of 12 input channels" in str(why_planar(conv(x, 72, name="g12", groups=6), 16))
 
 
 def test_squeeze_excitation_global_pooling_and_concat_stay_blocked() -> None:
