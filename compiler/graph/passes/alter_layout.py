@@ -15,7 +15,10 @@ What runs blocked (every rule states its reason in `why_planar` for `temper expl
 - depthwise convs (one channel per group) and grouped convs whose groups are whole blocks of b, or
   narrower groups that a block holds a whole number of (RegNet's groups of 8 on a 16-lane target):
   those run as groups of b channels with a block-diagonal weight, zeros between the narrow groups,
-  unless that multiplies the work by more than MAX_WIDENING.
+  unless that multiplies the work by more than MAX_WIDENING;
+- grouped convs whose groups are whole half blocks but not whole blocks (RegNet's groups of 24 on a
+  16-lane target): they run in NCHW{b/2}c, half vectors, with layout transforms at their input and
+  output (`group_block`), where planar they would run along short output rows.
 Channel counts that b does not divide (ShuffleNet's 116, 24 or 40 on a 16-lane target) are padded to
 whole blocks with zero lanes, unless that wastes more than half of the real work. Packed weights are
 zero for those lanes, so they never reach a real channel, and only ops that keep finite values
