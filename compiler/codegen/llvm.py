@@ -30,7 +30,16 @@ from compiler.codegen.access import (
     padded_load,
     store_access,
 )
-from compiler.codegen.mathfns import emit_erf, emit_exp, emit_log, emit_pow, emit_sigmoid, emit_tanh
+from compiler.codegen.mathfns import (
+    emit_cos,
+    emit_erf,
+    emit_exp,
+    emit_log,
+    emit_pow,
+    emit_sigmoid,
+    emit_sin,
+    emit_tanh,
+)
 from compiler.codegen.stream import (
     LINE_BYTES,
     PREFETCH_LOCALITY,
@@ -497,6 +506,8 @@ class KernelEmitter:
         "erf": emit_erf,
         "log": emit_log,
         "pow": emit_pow,
+        "sin": emit_sin,
+        "cos": emit_cos,
     }
     _LLVM_MATH = {
         "log": "log",
@@ -507,7 +518,7 @@ class KernelEmitter:
         "round": "roundeven",
         "pow": "pow",
     }
-    _LIBM = {"tanh": "tanhf", "erf": "erff", "exp": "expf"}
+    _LIBM = {"tanh": "tanhf", "erf": "erff", "exp": "expf", "sin": "sinf", "cos": "cosf"}
 
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
         b = ctx.builder

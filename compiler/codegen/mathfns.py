@@ -1,10 +1,11 @@
-"""Inline float32 math (exp, tanh, erf, log, pow) that works on scalars and LLVM vectors alike.
+"""Inline float32 math (exp, tanh, erf, log, pow, sin, cos) that works on scalars and LLVM vectors alike.
 
 libm has no vector entry points LLVM can call here, so `llvm.exp.v8f32` would become eight scalar
 calls; these polynomial forms keep vectorized loops vectorized. Accuracy: exp within ~2 ulp
 (range reduction by ln 2, degree-6 polynomial), tanh via exp, erf within 1.5e-7 absolute
 (Abramowitz & Stegun 7.1.26), log within ~1 ulp (Cephes logf), pow within ~0.5 ulp (computed in
-float64 from float32 inputs, so the rounding of the float32 result dominates).
+float64 from float32 inputs, so the rounding of the float32 result dominates), sin and cos within
+~2.5e-7 absolute (range reduction by pi/2 in float64, Cephes sinf/cosf polynomials).
 """
 
 from __future__ import annotations
@@ -266,3 +267,51 @@ def emit_pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     r = b.select(b.fcmp_unordered("uno", x, y), nan, r)
     unit = b.or_(b.fcmp_ordered("==", y, _const(ty, 0.0)), b.fcmp_ordered("==", x, one))
     return b.select(unit, one, r)
+
+
+# sin and cos of r in [-pi/4, pi/4] (Cephes' single-precision minimax polynomials, in z = r^2)
+_SIN_R = [-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4]
+_COS_R = [4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5]
+
+
+def emit_sin_cos(b: ir.IRBuilder, x: ir.Value, cosine: bool) -> ir.Value:
+    """sin x (or cos x) of float32 x: x = k pi/2 + r with |r| <= pi/4, reduced in float64 (exact
+    enough for |x| up to about 1e9, where float32 spacing is already larger than pi: rotary position
+    angles and timestep embeddings stay far below), then sin r or cos r by a polynomial and the
+    quadrant k mod 4 choosing which and its sign (cos x = sin(x + pi/2): one more quadrant). inf and
+    NaN give NaN."""
+    m = b.module
+    ty = x.type
+    dty = _with_element(ty, F64)
+    xd = b.fpext(x, dty)
+    k = b.call(_intrinsic(m, "roundeven", dty, 1), [b.fmul(xd, _const(dty, 2.0 / math.pi))])
+    r = b.fsub(xd, b.fmul(k, _const(dty, math.pi / 2.0)))
+    z = b.fmul(r, r)
+    sin_r = b.fadd(r, b.fmul(b.fmul(r, z), _poly(b, z, _SIN_R)))
+    cos_r = b.fadd(
+        b.fsub(_const(dty, 1.0), b.fmul(z, _const(dty, 0.5))), b.fmul(b.fmul(z, z), _poly(b, z, _COS_R))
+    )
+    # the quadrant k mod 4 taken in float64, where k is exact: no integer conversion can overflow
+    quadrant = b.fsub(
+        k, b.fmul(_const(dty, 4.0), b.call(_intrinsic(m, "floor", dty, 1), [b.fmul(k, _const(dty, 0.25))]))
+    )
+    it = _int_ty(dty)
+    q = b.fptosi(quadrant, it)
+    if cosine:
+        q = b.add(q, _const_int(it, 1))
+    zero = _const_int(it, 0)
+    odd = b.icmp_signed("!=", b.and_(q, _const_int(it, 1)), zero)
+    negative = b.icmp_signed("!=", b.and_(q, _const_int(it, 2)), zero)
+    v = b.select(odd, cos_r, sin_r)
+    v = b.select(negative, b.fneg(v), v)
+    out = b.fptrunc(v, ty)
+    finite = b.fcmp_ordered("<", b.call(_intrinsic(m, "fabs", ty, 1), [x]), _const(ty, math.inf))
+    return b.select(finite, out, _const(ty, math.nan))
+
+
+def emit_sin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return emit_sin_cos(b, x, cosine=False)
+
+
+def emit_cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return emit_sin_cos(b, x, cosine=True)

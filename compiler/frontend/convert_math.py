@@ -30,6 +30,8 @@ _UNARY = {
     "Sigmoid": "sigmoid",
     "Relu": "relu",
     "Erf": "erf",
+    "Sin": "sin",
+    "Cos": "cos",
     "HardSwish": "hard_swish",
 }
 _BINARY = {

@@ -99,6 +99,16 @@ def _relu(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     return out
 
 
+def _sin(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    out: np.ndarray = np.sin(_f64(a[0])).astype(a[0].dtype)
+    return out
+
+
+def _cos(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+    out: np.ndarray = np.cos(_f64(a[0])).astype(a[0].dtype)
+    return out
+
+
 def _erf_ref(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     return erf64(_f64(a[0])).astype(a[0].dtype)
 
@@ -210,6 +220,8 @@ UNARY_COMPUTES: dict[str, Callable[[Expr, dict[str, Any]], Expr]] = {
     "sigmoid": lambda x, a: _sigmoid_expr(x),
     "relu": lambda x, a: te.maximum(x, _fc(0, x)),
     "erf": lambda x, a: te.call("erf", x),
+    "sin": lambda x, a: te.call("sin", x),
+    "cos": lambda x, a: te.call("cos", x),
     "leaky_relu": lambda x, a: te.select(
         BinOp("<", x, _fc(0, x)), te.mul(_fc(a.get("alpha", 0.01), x), x), x
     ),
@@ -245,6 +257,8 @@ UNARY_OPS: tuple[tuple[str, tuple[str, ...], ReferenceFn, tuple[str, ...]], ...]
     ("sigmoid", (FLOAT,), _sigmoid, ()),
     ("relu", NUMERIC, _relu, ()),
     ("erf", (FLOAT,), _erf_ref, ()),
+    ("sin", (FLOAT,), _sin, ()),
+    ("cos", (FLOAT,), _cos, ()),
     ("leaky_relu", (FLOAT,), _leaky_relu, ("alpha",)),  # slope for x < 0
     ("clip", NUMERIC, _clip, ("min", "max")),  # -inf / inf when the ONNX model leaves them out
     ("hard_sigmoid", (FLOAT,), _hard_sigmoid, ("alpha", "beta")),  # max(0, min(1, alpha * x + beta))

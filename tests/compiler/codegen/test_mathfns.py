@@ -47,6 +47,69 @@ def test_relative_error_is_a_few_ulps(op: str, low: float, high: float, tmp_path
     assert float(relative.max()) < 2e-6, f"{op}: worst relative error {relative.max():.2e}"
 
 
+@pytest.mark.parametrize("op", ["Sin", "Cos"])
+def test_sin_and_cos_are_within_a_few_ulps_of_one_over_rotary_angles(op: str, tmp_path: Path) -> None:
+    """Rotary position angles and timestep embeddings: arguments up to a long context's positions
+    (and a few near multiples of pi/2, where the reduction must not cancel); the error is measured
+    against 1 (the functions' scale: near a zero, relative error means nothing for float32 input),
+    and inf and NaN give NaN."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate(
+        [
+            np.linspace(-10.0, 10.0, 8001),
+            rng.uniform(-140_000.0, 140_000.0, 8000),
+            np.arange(-2000, 2000) * (np.pi / 2),
+            [0.0, -0.0, 1e-30, np.inf, -np.inf, np.nan],
+        ]
+    ).astype(np.float32)
+    compiled = compile_model(_unary_model(op, x.size), CompileOptions(opt_level=3))
+    path = tmp_path / "trig.temper"
+    compiled.save(path)
+    y = compiler.runtime.load(path).run({"x": x})["y"]
+    finite = np.isfinite(x)
+    want = (np.sin if op == "Sin" else np.cos)(x[finite].astype(np.float64))
+    worst = np.abs(y[finite].astype(np.float64) - want)
+    assert float(worst.max()) < 2.5 * np.finfo(np.float32).eps, f"{op}: worst {worst.max():.2e}"
+    assert np.isnan(y[~finite]).all()
+    if op == "Sin":  # a tiny angle is its own sine, not rounded to 0
+        assert y[x.size - 4] == np.float32(1e-30)
+
+
+def test_rotary_angles_from_a_position_input_match_onnxruntime(tmp_path: Path) -> None:
+    """A decoder exported with position_ids as an input (as exporters for serving do) computes its
+    rotary cos and sin at run time: positions (int64) times inverse frequencies, then Cos and Sin,
+    applied to the queries as q * cos + rotate_half(q) * sin."""
+    from tests.compiler.frontend.onnx_check import make_model, run_ort
+
+    half = 8
+    inv_freq = (1.0 / 10000 ** (np.arange(half) / half)).astype(np.float32).reshape(1, half)
+    nodes = [
+        helper.make_node("Cast", ["pos"], ["p"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["p", "axis"], ["p2"]),
+        helper.make_node("MatMul", ["p2", "inv_freq"], ["angles"]),
+        helper.make_node("Concat", ["angles", "angles"], ["emb"], axis=-1),
+        helper.make_node("Cos", ["emb"], ["cos"]),
+        helper.make_node("Sin", ["emb"], ["sin"]),
+        helper.make_node("Split", ["q"], ["q1", "q2"], axis=-1, num_outputs=2),
+        helper.make_node("Neg", ["q2"], ["nq2"]),
+        helper.make_node("Concat", ["nq2", "q1"], ["rotated"], axis=-1),
+        helper.make_node("Mul", ["q", "cos"], ["a"]),
+        helper.make_node("Mul", ["rotated", "sin"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    inputs = {"pos": (TensorProto.INT64, [1, 24]), "q": (TensorProto.FLOAT, [1, 24, 2 * half])}
+    model = make_model(nodes, inputs, ["y"], {"inv_freq": inv_freq, "axis": np.array([-1])}, opset=18)
+    rng = np.random.default_rng(3)
+    feeds = {
+        "pos": np.arange(5000, 5024).reshape(1, 24),
+        "q": rng.standard_normal((1, 24, 2 * half)).astype(np.float32),
+    }
+    compiled = compile_model(model.SerializeToString(), CompileOptions(opt_level=3))
+    compiled.save(tmp_path / "rotary.temper")
+    got = compiler.runtime.load(tmp_path / "rotary.temper").run(feeds)["y"]
+    np.testing.assert_allclose(got, run_ort(model, feeds)["y"], atol=1e-5, rtol=1e-5)
+
+
 def test_exp_overflows_to_inf_underflows_to_zero_and_keeps_nan(tmp_path: Path) -> None:
     x = np.array([89.0, 1e30, np.inf, -104.0, -1e30, -np.inf, np.nan, 88.0, -87.0] * 3, np.float32)
     compiled = compile_model(_unary_model("Exp", x.size), CompileOptions(opt_level=3))

@@ -48,6 +48,8 @@ def case(name: str, op: str, inputs: dict[str, Any], consts: dict[str, Any] | No
 for onnx_op in ("Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Relu", "Erf", "HardSwish"):
     case(onnx_op, onnx_op, {"x": lambda: randn(2, 3, 4) * 3})
 case("Log", "Log", {"x": lambda: positive(3, 4)})
+for onnx_op in ("Sin", "Cos"):  # rotary angles: positions times inverse frequencies
+    case(onnx_op, onnx_op, {"x": lambda: np.concatenate([randn(20) * 3, randn(20) * 4000])})
 WIDE = f(-60.0, -20.0, -2.5, -0.5, 0.0, 0.5, 1.5, 2.5, 20.0, 90.0)  # softplus must not overflow at 90
 for onnx_op in ("Softplus", "Softsign", "Floor", "Ceil", "Round", "Sign"):
     case(onnx_op, onnx_op, {"x": lambda: np.concatenate([WIDE, randn(14) * 3])})

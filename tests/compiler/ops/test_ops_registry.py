@@ -29,7 +29,7 @@ VOCABULARY = {
         *("reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm", "cumsum"),
     },
     Pattern.ELEMWISE: {
-        *("neg", "abs", "exp", "log", "sqrt", "reciprocal", "tanh", "sigmoid", "relu", "erf"),
+        *("neg", "abs", "exp", "log", "sqrt", "reciprocal", "tanh", "sigmoid", "relu", "erf", "sin", "cos"),
         *("leaky_relu", "clip", "hard_sigmoid", "hard_swish", "gelu", "cast"),
         *("softplus", "mish", "softsign", "elu", "celu", "selu", "thresholded_relu"),
         *("floor", "ceil", "round", "sign", "isnan", "isinf"),
