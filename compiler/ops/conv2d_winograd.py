@@ -308,20 +308,28 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
 
     def output_transform(nn: Expr, o: Expr, y: Expr, xx: Expr, oc: Expr) -> Expr:
         ty, tx = BinOp("//", y, te.idx(m)), BinOp("//", xx, te.idx(m))
-
-        @functools.cache
-        def column_sum(i: int, b: int) -> Expr:
-            return _linear_combination(
-                [(at[i][a], mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc]) for a in range(alpha)]
-            )
-
-        def at_position(i: int, j: int) -> Expr:
-            return _linear_combination([(at[j][b], column_sum(i, b)) for b in range(alpha)])
-
-        return _by_position((BinOp("%", y, te.idx(m)), BinOp("%", xx, te.idx(m))), (m, m), at_position)
+        position = (BinOp("%", y, te.idx(m)), BinOp("%", xx, te.idx(m)))
+        return _tile_output(lambda a, b: mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc], at, m, position)
 
     return te.compute(out.shape, output_transform, name, tag="winograd_output",
                       axis_names=["n", "ocb", "oh", "ow", "oc"], dtype=out.dtype)  # fmt: skip
+
+
+def _tile_output(
+    product: Callable[[int, int], Expr], at: _Matrix, m: int, position: tuple[Expr, Expr]
+) -> Expr:
+    """Y = A^T M A of one tile at output position `position` (product(a, b): the tile's M at (a, b)),
+    by columns, then rows: each column sum is made once and shared by the positions that use it."""
+    alpha = m + 2
+
+    @functools.cache
+    def column_sum(i: int, b: int) -> Expr:
+        return _linear_combination([(at[i][a], product(a, b)) for a in range(alpha)])
+
+    def at_position(i: int, j: int) -> Expr:
+        return _linear_combination([(at[j][b], column_sum(i, b)) for b in range(alpha)])
+
+    return _by_position(position, (m, m), at_position)
 
 
 def _dilated_output(
@@ -330,19 +338,10 @@ def _dilated_output(
     """The output transform tile by tile (positions as loops, so unrolling them leaves constant
     coefficients), then each output pixel gathered from its tile: row y is position (y div d) mod m
     of tile ((y div d) div m) d + y mod d."""
-    n, ocb, th, tw, alpha, _, ob = mm.shape
+    n, ocb, th, tw, _, _, ob = mm.shape
 
     def tile_transform(nn: Expr, o: Expr, ty: Expr, tx: Expr, i: Expr, j: Expr, oc: Expr) -> Expr:
-        @functools.cache
-        def column_sum(p: int, b: int) -> Expr:
-            return _linear_combination(
-                [(at[p][a], mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc]) for a in range(alpha)]
-            )
-
-        def at_position(p: int, q: int) -> Expr:
-            return _linear_combination([(at[q][b], column_sum(p, b)) for b in range(alpha)])
-
-        return _by_position((i, j), (m, m), at_position)
+        return _tile_output(lambda a, b: mm[nn, o, ty, tx, te.idx(a), te.idx(b), oc], at, m, (i, j))
 
     tiles = te.compute((n, ocb, th, tw, m, m, ob), tile_transform, f"{name}_tiles", tag="winograd_tiles",
                        axis_names=["n", "ocb", "ty", "tx", "i", "j", "oc"], dtype=out.dtype)  # fmt: skip
