@@ -140,7 +140,7 @@ def tune(
     from tvm.s_tir import meta_schedule as ms
 
     func = prim_func(spec)
-    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": THREADS})
+    target = tvm.target.Target(common.tvm_target_config(mcpu))
     start = time.perf_counter()
     database = ms.tune_tir(
         func,

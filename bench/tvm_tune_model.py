@@ -47,7 +47,7 @@ def tune(mod: Any, per_task: int, per_iter: int, mcpu: str, work_dir: Path) -> t
     from tvm.relax import transform
     from tvm.s_tir import meta_schedule as ms
 
-    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": THREADS})
+    target = tvm.target.Target(common.tvm_target_config(mcpu))
     with target:
         mod = tvm.transform.Sequential(
             [

@@ -80,14 +80,22 @@ _SERVER_CORE_FEATURES = ("+amx-tile", "+avx512fp16")
 class Target:
     triple: str
     cpu: str
-    features: str  # LLVM feature string ("+avx2,+fma,..."); empty means the CPU's defaults
+    # LLVM feature string: every feature the CPU reports, "+" where it has it and "-" where it does
+    # not ("+avx2,-avx512f,..."); empty means the named CPU's defaults
+    features: str
     vector_bits: int
     cores: int
 
     @property
+    def enabled_features(self) -> list[str]:
+        """The "+" entries of the feature string: what this CPU has."""
+        return [f for f in self.features.split(",") if f.startswith("+")]
+
+    @property
     def key(self) -> str:
-        """Stable identity for tuning records: CPU name + a hash of the feature set."""
-        digest = hashlib.sha256(self.features.encode()).hexdigest()[:12]
+        """Stable identity for tuning records: CPU name + a hash of the features the CPU has (the
+        ones it lacks follow from those, so they do not enter the hash)."""
+        digest = hashlib.sha256(",".join(self.enabled_features).encode()).hexdigest()[:12]
         return f"{self.cpu}-{digest}"
 
     def lanes(self, dtype: str = "float32") -> int:
@@ -104,8 +112,7 @@ class Target:
         """Full-width vector FMAs a core starts per cycle: how many a register tile keeps busy."""
         if self.vector_bits < 512 or self.cpu not in _ONE_FMA_512:
             return 2
-        features = self.features.split(",")
-        return 2 if any(f in features for f in _SERVER_CORE_FEATURES) else 1
+        return 2 if any(f in self.enabled_features for f in _SERVER_CORE_FEATURES) else 1
 
     @property
     def required_features(self) -> list[str]:
@@ -114,7 +121,7 @@ class Target:
             return []
         if not self.features:  # a named CPU: its defaults
             return sorted(_NAMED_FEATURES[self.vector_bits])
-        enabled = (f[1:] for f in self.features.split(",") if f.startswith("+"))
+        enabled = (f[1:] for f in self.enabled_features)
         return sorted({_CPUINFO_NAMES[f] for f in enabled if f in _CPUINFO_NAMES})
 
     def to_json(self) -> dict[str, object]:
@@ -154,15 +161,23 @@ def init_llvm() -> None:
 
 
 def host_target() -> Target:
+    """This machine: its CPU's name and the features it reports. The features LLVM's CPU name would
+    imply but the CPU lacks are turned off explicitly: a hypervisor may hide a Zen 4's AVX-512, and
+    code for the name alone would then die of SIGILL."""
     import llvmlite.binding as llvm
 
     init_llvm()
     cpu = llvm.get_host_cpu_name()
-    feats = llvm.get_host_cpu_features()
-    enabled = sorted(k for k, v in feats.items() if v)
-    features = ",".join(f"+{k}" for k in enabled)
-    bits = 512 if "avx512f" in enabled else 256 if "avx2" in enabled or "avx" in enabled else 128
-    return Target(llvm.get_process_triple(), cpu, features, bits, os.cpu_count() or 1)
+    reported = llvm.get_host_cpu_features()
+    return host_target_of(llvm.get_process_triple(), cpu, dict(reported), os.cpu_count() or 1)
+
+
+def host_target_of(triple: str, cpu: str, reported: dict[str, bool], cores: int) -> Target:
+    """The target of a CPU reporting `reported` (feature name -> has it)."""
+    features = ",".join(f"{'+' if has else '-'}{name}" for name, has in sorted(reported.items()))
+    has = {name for name, on in reported.items() if on}
+    bits = 512 if "avx512f" in has else 256 if "avx2" in has or "avx" in has else 128
+    return Target(triple, cpu, features, bits, cores)
 
 
 def parse_target(name: str | None) -> Target:

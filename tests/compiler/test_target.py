@@ -5,15 +5,30 @@ from __future__ import annotations
 import pytest
 
 from compiler.errors import CompilerError
-from compiler.target import KNOWN_CPUS, describe_key, host_target, parse_target, target_key
+from compiler.target import (
+    KNOWN_CPUS,
+    Target,
+    describe_key,
+    host_target,
+    host_target_of,
+    parse_target,
+    target_key,
+)
 
 
 def test_the_hosts_cpu_by_name_is_the_host() -> None:
+    """...unless the host lacks what the name implies (a Zen 4 with its AVX-512 hidden): then the
+    name stands for the CPU as its maker built it, code the runtime will not load here."""
     host = host_target()
     if host.cpu not in KNOWN_CPUS:
         pytest.skip(f"this machine's CPU {host.cpu!r} is not one temper accepts by name")
-    assert parse_target(host.cpu) == host
-    assert target_key(host.cpu) == target_key("host") == host.key
+    named = parse_target(host.cpu)
+    if set(named.required_features) <= set(host.required_features):
+        assert named == host
+        assert target_key(host.cpu) == target_key("host") == host.key
+    else:
+        assert named.features == "" and named.key != host.key
+        assert set(named.required_features) - set(host.required_features)
 
 
 def test_other_named_cpus_have_their_default_features() -> None:
@@ -39,7 +54,6 @@ def test_fma_pipes_follow_the_features_when_the_cpu_name_is_a_client_cores() -> 
     """A hypervisor may give a server core a client model number (LLVM then names it rocketlake):
     its server-only features (AMX, AVX512-FP16) still give it two 512-bit FMA pipes; a client core
     with neither keeps one, and a named CPU its table entry."""
-    from compiler.target import Target
 
     def target(cpu: str, features: str) -> Target:
         return Target("x86_64-unknown-linux-gnu", cpu, features, 512, 2)
@@ -50,3 +64,61 @@ def test_fma_pipes_follow_the_features_when_the_cpu_name_is_a_client_cores() -> 
     assert target("tigerlake", client + ",+avx512fp16").fma_per_cycle == 2
     assert target("rocketlake", client + ",-amx-tile,-avx512fp16").fma_per_cycle == 1
     assert target("znver4", "").fma_per_cycle == 1 and target("znver5", "").fma_per_cycle == 2
+
+
+def _zen4_reporting(avx512: bool) -> Target:
+    """A Zen 4 as LLVM names it, with or without the AVX-512 a hypervisor may hide."""
+    base = {f: True for f in ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi2")}
+    hidden = dict.fromkeys(("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vnni"), avx512)
+    return host_target_of("x86_64-unknown-linux-gnu", "znver4", {**base, **hidden}, 2)
+
+
+def _vector_kernel_assembly(target: Target) -> str:
+    """A 16-float multiply-add compiled for `target`."""
+    from llvmlite import ir
+
+    from compiler.codegen.library import _LLVM_LOCK, optimized_module, target_machine
+
+    module = ir.Module(name="t")
+    module.triple = target.triple
+    vec = ir.VectorType(ir.FloatType(), 16)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [vec.as_pointer()] * 3), name="madd")
+    b = ir.IRBuilder(fn.append_basic_block())
+    lhs, rhs, out = b.load(fn.args[0]), b.load(fn.args[1]), fn.args[2]
+    b.store(b.fadd(b.fmul(lhs, rhs), rhs), out)
+    b.ret_void()
+    with _LLVM_LOCK:
+        return str(target_machine(target).emit_assembly(optimized_module([str(module)], target)))
+
+
+def test_features_the_cpu_lacks_are_turned_off_though_its_name_implies_them() -> None:
+    """LLVM names a Zen 4 `znver4` whether or not its AVX-512 is visible; code for the name alone
+    would use zmm registers and die of SIGILL where the hypervisor hides them."""
+    hidden, full = _zen4_reporting(avx512=False), _zen4_reporting(avx512=True)
+    assert hidden.vector_bits == 256 and full.vector_bits == 512
+    assert "-avx512f" in hidden.features.split(",") and "+avx512f" in full.features.split(",")
+    assert "avx512f" not in hidden.required_features and "avx512f" in full.required_features
+    assert "zmm" in _vector_kernel_assembly(full)
+    code = _vector_kernel_assembly(hidden)
+    assert "ymm" in code and "zmm" not in code and "{%k" not in code
+    assert not any(f"%ymm{r}" in code for r in range(16, 32))  # EVEX-only registers
+
+
+def test_the_key_hashes_only_the_features_the_cpu_has() -> None:
+    """Keys of tuning records stay what they were when the feature string listed only "+" entries."""
+    import hashlib
+
+    full = _zen4_reporting(avx512=True)
+    plus = ",".join(f for f in full.features.split(",") if f.startswith("+"))
+    assert full.key == f"znver4-{hashlib.sha256(plus.encode()).hexdigest()[:12]}"
+    assert _zen4_reporting(avx512=False).key != full.key
+
+
+def test_the_host_needs_only_features_this_machine_reports() -> None:
+    """The runtime refuses code needing a feature /proc/cpuinfo lacks: the host's own must pass."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags line on this machine")
+    assert set(host_target().required_features) <= set(flags)
