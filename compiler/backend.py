@@ -34,6 +34,11 @@ FROZEN_SLOTS: dict[str, tuple[int, ...]] = {
     "BatchNormalization": (1, 2, 3, 4),
     "LayerNormalization": (1, 2),
     "PRelu": (1,),
+    # Recurrent layers: weights, biases and peepholes are parameters; sequence_lens decides how many
+    # steps are unrolled (initial states stay inputs).
+    "LSTM": (1, 2, 3, 4, 7),
+    "GRU": (1, 2, 3, 4),
+    "RNN": (1, 2, 3, 4),
     # Shape operands: their values decide output shapes, which temper must know when compiling.
     "Reshape": (1,),
     "Expand": (1,),

@@ -24,6 +24,9 @@ class Limits:
     nodes: int = 200_000
     # subgraphs nested in subgraphs (If/Loop/Scan bodies)
     graph_depth: int = 16
+    # time steps of all the model's recurrent layers (RNN/GRU/LSTM, each direction counted), each
+    # step unrolled into graph ops and kernels of its own
+    recurrence_steps: int = 4096
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():

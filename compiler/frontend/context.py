@@ -50,6 +50,7 @@ class Budget:
 
     limits: Limits = DEFAULT_LIMITS
     folded: int = 0
+    unrolled: int = 0
 
     def check(self, t: TensorType) -> None:
         if any(d < 0 for d in t.shape):
@@ -59,6 +60,13 @@ class Budget:
                 f"result would have {t.size} elements (shape {list(t.shape)}); "
                 f"the limit is {self.limits.tensor_elements}"
             )
+
+    def unroll(self, steps: int) -> bool:
+        """Whether a recurrence of `steps` more steps may be unrolled (and count them if so)."""
+        if self.unrolled + steps > self.limits.recurrence_steps:
+            return False
+        self.unrolled += steps
+        return True
 
     def fold(self, elements: int) -> bool:
         """Whether a constant of `elements` may be folded now (and count it if so)."""

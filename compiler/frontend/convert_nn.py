@@ -453,6 +453,38 @@ def _group_norm(ctx: NodeContext) -> Sequence[Expr]:
     return [_channel_affine(ctx, y, ctx.arg(1), ctx.arg(2))]
 
 
+def _lrn(ctx: NodeContext) -> Sequence[Expr]:
+    """Local response normalization (AlexNet, GoogLeNet): x / (bias + alpha/size * sum x^2)^beta, the
+    sum over a window of `size` channels around each one. The window sum is an average pool (padding
+    counted, times size) along the channel axis of an [N, 1, C, spatial] view of x^2."""
+    x = ctx.arg(0)
+    size = int(ctx.attr("size", 0))
+    if x.type.ndim < 3:
+        raise ctx.error(f"LRN input must be [N, C, D1, ...], got {list(x.type.shape)}")
+    if size < 1:
+        raise ctx.error(f"LRN size must be a positive integer, got {size}")
+    alpha, beta = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75))
+    bias = float(ctx.attr("bias", 1.0))
+    n, c = x.type.shape[0], x.type.shape[1]
+    spatial = x.type.size // max(n * c, 1)
+    squares = ctx.emit("reshape", [ctx.emit("mul", [x, x])], shape=(n, 1, c, spatial))
+    before, after = (size - 1) // 2, size // 2
+    mean = ctx.emit(
+        "avg_pool2d",
+        [squares],
+        kernel=(size, 1),
+        strides=(1, 1),
+        pads=(before, 0, after, 0),
+        ceil_mode=0,
+        count_include_pad=1,
+    )
+    dtype = x.type.dtype
+    scaled = ctx.emit("mul", [mean, ctx.new_const(alpha, dtype)])
+    base = ctx.emit("add", [scaled, ctx.new_const(bias, dtype)])
+    denominator = ctx.emit("pow", [base, ctx.new_const(beta, dtype)])
+    return [ctx.emit("div", [x, ctx.emit("reshape", [denominator], shape=x.type.shape)])]
+
+
 def _check_layer_norm(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
     """Y output only (no Mean / InvStdDev outputs)."""
     if any(o in info.used for o in node.output[1:]):
@@ -546,6 +578,7 @@ CONVERTERS: dict[str, OpConverter] = {
     "LayerNormalization": OpConverter(_layer_norm, _check_layer_norm),
     "InstanceNormalization": OpConverter(_instance_norm),
     "GroupNormalization": OpConverter(_group_norm),
+    "LRN": OpConverter(_lrn),
     "Softmax": OpConverter(_softmax("softmax")),
     "LogSoftmax": OpConverter(_softmax("log_softmax")),
     **{

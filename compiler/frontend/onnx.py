@@ -26,6 +26,7 @@ from compiler.frontend import (
     convert_einsum,
     convert_math,
     convert_nn,
+    convert_recurrent,
     convert_tensor,
     convert_transformer,
     guard,
@@ -51,6 +52,7 @@ CONVERTERS: dict[str, OpConverter] = {
     **convert_einsum.CONVERTERS,
     **convert_attention.CONVERTERS,
     **convert_transformer.CONVERTERS,
+    **convert_recurrent.CONVERTERS,
 }
 # Ops never folded even when their inputs are constant.
 _NEVER_FOLD = {

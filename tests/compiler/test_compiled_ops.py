@@ -73,3 +73,28 @@ def test_a_masked_softmax_flushes_the_terms_that_would_be_subnormal(op: str, tmp
         finite = got[np.isfinite(got)]
         assert not ((finite != 0) & (np.abs(finite) < tiny)).any(), "a subnormal output"
         assert (got[0, :, 20:] == 0).all()  # the masked terms themselves
+
+
+def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """ONNX's LRN as its definition states it: the sum of squares over channels c - floor((size - 1) / 2)
+    to c + ceil((size - 1) / 2), clipped to the channels there are."""
+    squares = np.zeros_like(x, dtype=np.float64)
+    channels = x.shape[1]
+    for c in range(channels):
+        low, high = max(0, c - (size - 1) // 2), min(channels - 1, c + size // 2)
+        squares[:, c] = (x[:, low : high + 1].astype(np.float64) ** 2).sum(axis=1)
+    return (x / (bias + alpha / size * squares) ** beta).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("shape", "size"), [((2, 6, 3, 3), 4), ((2, 5, 7), 2), ((1, 4, 2, 3, 2), 3), ((1, 3, 2), 6)]
+)
+def test_lrn_of_any_size_and_rank_matches_its_definition(shape: tuple[int, ...], size: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Even windows (one more channel after than before) and inputs other than 4-D, which onnxruntime
+    refuses."""
+    from tests.compiler.frontend.onnx_check import single_op
+
+    x = np.random.default_rng(size).standard_normal(shape).astype(np.float32) * 2
+    model, feeds = single_op("LRN", {"x": x}, {}, size=size, alpha=0.2, beta=0.7, bias=1.5)
+    (got,) = compile_and_run(model, feeds, tmp_path).values()
+    np.testing.assert_allclose(got, lrn_reference(x, size, 0.2, 0.7, 1.5), rtol=1e-5, atol=1e-6)

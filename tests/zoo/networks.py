@@ -1,4 +1,5 @@
-"""The zoo's PyTorch networks: torchvision and Hugging Face transformers architectures, random weights.
+"""The zoo's PyTorch networks: torchvision and Hugging Face transformers architectures and recurrent
+networks of torch.nn layers (a BiLSTM tagger, a GRU acoustic model, a CRNN), random weights.
 
 Only the generator (a child process) imports this module, so the test process never loads torch.
 torchvision's package init loads its compiled ops, which the registry's build cannot load beside the
@@ -329,6 +330,93 @@ def transformers_builders() -> dict[str, Callable[[int], Network]]:
     }
 
 
+class _Tagger(nn.Module):
+    """A BiLSTM sequence tagger: token embeddings, two bidirectional LSTM layers, a per-token classifier."""
+
+    def __init__(self, vocab: int = 1000, dim: int = 128, hidden: int = 192, tags: int = 24) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.lstm = nn.LSTM(dim, hidden, num_layers=2, bidirectional=True, batch_first=True)
+        self.out = nn.Linear(2 * hidden, tags)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(self.lstm(self.embed(ids))[0])
+
+
+class _SpeechGRU(nn.Module):
+    """A DeepSpeech2-style acoustic model: a strided conv over mel frames, GRUs, per-frame logits."""
+
+    def __init__(self, mels: int = 40, width: int = 160, symbols: int = 30) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv1d(mels, width, 5, stride=2, padding=2), nn.BatchNorm1d(width), nn.ReLU()
+        )
+        self.gru = nn.GRU(width, width, num_layers=2, batch_first=True)
+        self.out = nn.Linear(width, symbols)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        frames = self.conv(features).transpose(1, 2)
+        return self.out(self.gru(frames)[0])
+
+
+class _CRNN(nn.Module):
+    """A CRNN text-line recognizer: a conv stack reduces a 32-pixel-high line to one column per position,
+    a bidirectional LSTM reads the columns, a classifier gives CTC logits."""
+
+    def __init__(self, symbols: int = 40) -> None:
+        super().__init__()
+
+        def block(cin: int, cout: int, pool: tuple[int, int]) -> list[nn.Module]:
+            return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(pool)]
+
+        self.features = nn.Sequential(
+            *block(1, 32, (2, 2)),
+            *block(32, 64, (2, 2)),
+            *block(64, 128, (2, 1)),
+            nn.Conv2d(128, 128, (4, 1)),
+        )
+        self.lstm = nn.LSTM(128, 128, bidirectional=True, batch_first=True)
+        self.out = nn.Linear(256, symbols)
+
+    def forward(self, line: torch.Tensor) -> torch.Tensor:
+        columns = self.features(line).squeeze(2).transpose(1, 2)  # [batch, width / 4, 128]
+        return self.out(self.lstm(columns)[0])
+
+
+def _recurrent(
+    build: Callable[[], nn.Module], name: str, example: Callable[[np.random.Generator, int], np.ndarray]
+) -> Callable[[int], Network]:
+    """A recurrent network over one input `name`, exported at batch 1 (batch dynamic), tested at batch 2."""
+
+    def make(seed: int) -> Network:
+        torch.manual_seed(seed)
+        module = build().eval()
+        generator = torch.Generator().manual_seed(seed)
+        _spread(module, generator)
+        rng = np.random.default_rng(seed)
+        _calibrate_batch_norm(module, lambda: torch.from_numpy(example(rng, 4)))
+        axes = {name: {0: "batch"}, "output": {0: "batch"}}
+        inputs = {name: torch.from_numpy(example(rng, 1))}
+        return Network(module, inputs, ("output",), axes, {name: example(rng, 2)})
+
+    return make
+
+
+def recurrent_builders() -> dict[str, Callable[[int], Network]]:
+    """The zoo's recurrent networks, built from torch.nn's LSTM and GRU layers."""
+    return {
+        "lstm_tagger": _recurrent(
+            _Tagger, "input_ids", lambda rng, b: rng.integers(0, 1000, (b, 32), np.int64)
+        ),
+        "gru_speech": _recurrent(
+            _SpeechGRU, "features", lambda rng, b: rng.standard_normal((b, 40, 100)).astype(np.float32)
+        ),
+        "crnn": _recurrent(
+            _CRNN, "line", lambda rng, b: rng.standard_normal((b, 1, 32, 128)).astype(np.float32)
+        ),
+    }
+
+
 def _half(make: Callable[[int], Network]) -> Callable[[int], Network]:
     """The network with float16 weights and inputs: what a half-precision export holds."""
 
@@ -344,7 +432,7 @@ def _half(make: Callable[[int], Network]) -> Callable[[int], Network]:
 
 
 def builders() -> dict[str, Callable[[int], Network]]:
-    everything = {**torchvision_builders(), **transformers_builders()}
+    everything = {**torchvision_builders(), **transformers_builders(), **recurrent_builders()}
     return {**everything, **{f"{name}_fp16": _half(everything[name]) for name in FLOAT16}}
 
 

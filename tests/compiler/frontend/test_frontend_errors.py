@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from compiler.errors import ModelError, ShapeError, UnsupportedOpError
 from compiler.frontend.onnx import load_onnx, without_large_weights
 from compiler.graph.ir import Const, Var
+from compiler.limits import Limits
 from tests.compiler.frontend.onnx_check import check_against_ort, make_model, single_op
 
 FLOAT = TensorProto.FLOAT
@@ -219,6 +220,87 @@ def test_col2im_of_a_3d_image_is_unsupported() -> None:
     with pytest.raises(UnsupportedOpError, match="Col2Im of a 3-D image") as info:
         load_onnx(model)
     assert info.value.nodes == [("node", "Col2Im", 18)]
+
+
+@pytest.mark.parametrize(
+    ("shape", "size", "message"),
+    [
+        ((4, 6), 3, r"LRN input must be \[N, C, D1, ...\], got \[4, 6\]"),
+        ((1, 4, 3, 3), 0, "size must be a positive"),
+    ],
+)
+def test_lrn_errors_name_the_node(shape: tuple[int, ...], size: int, message: str) -> None:
+    model, _ = single_op("LRN", {"x": np.zeros(shape, np.float32)}, {}, size=size)
+    with pytest.raises(ShapeError, match=message) as info:
+        load_onnx(model)
+    assert (info.value.node, info.value.op) == ("node", "LRN")
+
+
+def _lstm(x_shape: tuple[int, ...], hidden: int = 4, directions: int = 1, **attrs: object) -> onnx.ModelProto:
+    w = np.zeros((directions, 4 * hidden, x_shape[-1]), np.float32)
+    r = np.zeros((directions, 4 * hidden, hidden), np.float32)
+    model, _ = single_op(
+        "LSTM", {"x": np.zeros(x_shape, np.float32)}, {"W": w, "R": r}, hidden_size=hidden, **attrs
+    )
+    return model
+
+
+def test_recurrences_longer_than_the_unroll_limit_are_refused() -> None:
+    """Each time step becomes graph ops of its own: the steps of all the model's recurrent layers
+    together are bounded like any allocation (two directions count twice)."""
+    model = _lstm((40, 1, 3))
+    with pytest.raises(ShapeError, match=r"40 time steps.*at most 32 steps in all, 0 taken") as info:
+        load_onnx(model, limits=Limits(recurrence_steps=32))
+    assert (info.value.node, info.value.op) == ("node", "LSTM")
+    load_onnx(model, limits=Limits(recurrence_steps=40))
+    with pytest.raises(ShapeError, match=r"\(bidirectional\).*at most 79"):
+        load_onnx(
+            _lstm((40, 1, 3), directions=2, direction="bidirectional"), limits=Limits(recurrence_steps=79)
+        )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [40, 1, 3])
+    layers = [
+        helper.make_node("LSTM", ["x", "W", "R"], [f"y{i}"], name=f"lstm{i}", hidden_size=4) for i in range(2)
+    ]
+    weights = [
+        onnx.numpy_helper.from_array(np.zeros((1, 16, 3), np.float32), "W"),
+        onnx.numpy_helper.from_array(np.zeros((1, 16, 4), np.float32), "R"),
+    ]
+    outputs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [40, 1, 1, 4]) for i in range(2)]
+    two = helper.make_model(
+        helper.make_graph(layers, "g", [x], outputs, weights), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    with pytest.raises(ShapeError, match="40 taken before this node") as info:
+        load_onnx(two, limits=Limits(recurrence_steps=79))
+    assert info.value.node == "lstm1"
+
+
+def test_recurrent_weights_that_do_not_fit_the_input_name_the_node() -> None:
+    w = np.zeros((1, 16, 5), np.float32)  # 5 inputs; X has 3
+    r = np.zeros((1, 16, 4), np.float32)
+    model, _ = single_op("LSTM", {"x": np.zeros((2, 1, 3), np.float32)}, {"W": w, "R": r}, hidden_size=4)
+    with pytest.raises(ShapeError, match=r"LSTM W must be \[1, 16, 3\].*got \[1, 16, 5\]"):
+        load_onnx(model)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        ({"activations": ["HardSigmoid", "Tanh", "Tanh"]}, "LSTM activations"),
+        ({"clip": 3.0}, "LSTM clip"),
+        ({"input_forget": 1}, "LSTM input_forget"),
+    ],
+)
+def test_unsupported_recurrent_variants_are_refused_up_front(attrs: dict, message: str) -> None:
+    with pytest.raises(UnsupportedOpError, match=message):
+        load_onnx(_lstm((2, 1, 3), **attrs))
+
+
+def test_padded_sequences_are_refused_with_their_lengths() -> None:
+    w, r = np.zeros((1, 16, 3), np.float32), np.zeros((1, 16, 4), np.float32)
+    consts = {"W": w, "R": r, "B": np.zeros((1, 32), np.float32), "lens": np.array([3, 2], np.int32)}
+    model, _ = single_op("LSTM", {"x": np.zeros((3, 2, 3), np.float32)}, consts, hidden_size=4)
+    with pytest.raises(ShapeError, match=r"sequence_lens \[3, 2\]"):
+        load_onnx(model)
 
 
 # ---- dynamic dims -----------------------------------------------------------------------------------

@@ -73,6 +73,101 @@ case(
     num_groups=3,
     opset=21,
 )
+# LRN: the channel window clipped at both ends (size 5 over 7 channels), a window wider than the
+# channels and large activations (onnxruntime runs odd sizes over 4-D inputs only: the compiled tests
+# check even sizes and other ranks against the definition)
+case("LRN_default", "LRN", {"x": lambda: randn(2, 7, 4, 5) * 3}, size=5)
+case("LRN_small", "LRN", {"x": lambda: randn(1, 6, 3, 3)}, size=3, alpha=0.3, beta=0.6, bias=2.0)
+case("LRN_wide", "LRN", {"x": lambda: randn(1, 3, 2, 2)}, size=9, alpha=0.5, beta=1.0)
+case("LRN_large", "LRN", {"x": lambda: randn(1, 16, 5, 5) * 40}, size=5, alpha=1e-3, beta=0.75)
+
+
+def recurrent_weights(op: str, directions: int, hidden: int, inputs: int, seed: int) -> dict[str, np.ndarray]:
+    """W, R and B of an ONNX recurrent layer, scaled so that the gates neither saturate nor vanish."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    rng = np.random.default_rng(seed)
+    return {
+        "W": (rng.standard_normal((directions, gates * hidden, inputs)) * 0.5).astype(F32),
+        "R": (rng.standard_normal((directions, gates * hidden, hidden)) * 0.5).astype(F32),
+        "B": (rng.standard_normal((directions, 2 * gates * hidden)) * 0.3).astype(F32),
+    }
+
+
+# Recurrent layers (onnxruntime runs layout 0 only; onnx's batchwise cases check layout 1): every
+# direction, initial states, peepholes, constant sequence_lens,
+# GRU's reset applied before and after the recurrent product, and layers with only X, W and R
+LSTM_STATES = {
+    "lens": np.full(2, 5, np.int32),
+    "h0": _rng.standard_normal((2, 2, 4)).astype(F32) * 0.5,
+    "c0": _rng.standard_normal((2, 2, 4)).astype(F32) * 0.5,
+    "P": _rng.standard_normal((2, 12)).astype(F32) * 0.5,
+}
+case(
+    "LSTM_bidirectional_states_peepholes",
+    "LSTM",
+    {"x": lambda: randn(5, 2, 3)},
+    {**recurrent_weights("LSTM", 2, 4, 3, 1), **LSTM_STATES},
+    n_outputs=3,
+    hidden_size=4,
+    direction="bidirectional",
+)
+case(
+    "LSTM_forward_xwr_only",
+    "LSTM",
+    {"x": lambda: randn(6, 3, 5)},
+    {k: v for k, v in recurrent_weights("LSTM", 1, 8, 5, 2).items() if k != "B"},
+    n_outputs=3,
+    hidden_size=8,
+)
+case(
+    "LSTM_reverse",
+    "LSTM",
+    {"x": lambda: randn(4, 2, 3)},
+    recurrent_weights("LSTM", 1, 5, 3, 3),
+    n_outputs=3,
+    hidden_size=5,
+    direction="reverse",
+)
+for lbr in (0, 1):
+    case(
+        f"GRU_bidirectional_lbr{lbr}",
+        "GRU",
+        {"x": lambda: randn(4, 2, 3)},
+        {**recurrent_weights("GRU", 2, 6, 3, 4 + lbr), "lens": np.full(2, 4, np.int32)},
+        n_outputs=2,
+        hidden_size=6,
+        direction="bidirectional",
+        linear_before_reset=lbr,
+    )
+case(
+    "GRU_initial_h",
+    "GRU",
+    {"x": lambda: randn(5, 3, 2), "h0": lambda: randn(1, 3, 4) * 0.5},
+    recurrent_weights("GRU", 1, 4, 2, 6),
+    n_outputs=2,
+    input_order=["x", "W", "R", "B", "", "h0"],
+    hidden_size=4,
+)
+case(
+    "RNN_reverse",
+    "RNN",
+    {"x": lambda: randn(7, 2, 3)},
+    recurrent_weights("RNN", 1, 5, 3, 7),
+    n_outputs=2,
+    hidden_size=5,
+    direction="reverse",
+)
+case(
+    "RNN_relu_bidirectional",
+    "RNN",
+    {"x": lambda: randn(3, 1, 4)},
+    recurrent_weights("RNN", 2, 3, 4, 8),
+    n_outputs=2,
+    hidden_size=3,
+    direction="bidirectional",
+    activations=["Relu", "Tanh"],
+)
+
 for flags in ({}, {"exclusive": 1}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}):
     suffix = "_".join(flags) or "plain"
     case(f"CumSum_{suffix}", "CumSum", {"x": lambda: randn(3, 7, 2)}, {"a": ints(1).reshape(())}, **flags)
