@@ -53,9 +53,32 @@ class _Direction:
     ctx: NodeContext
     hidden: int
     activations: tuple[str, ...]  # graph ops f, g (, h)
-    rt: Expr  # R^T of this direction: [hidden, gates * hidden]
+    recurrent: tuple[Expr, ...]  # R^T [hidden, gates * hidden]; for GRU its z r and its h columns
     state_bias: Expr | None  # GRU's Rbh: the h gate's recurrent bias, added inside the step
-    peepholes: Expr | None  # LSTM's P of this direction: [3 * hidden], i o f
+    peepholes: tuple[Expr, ...]  # LSTM's P of this direction split into i, o, f ([hidden] each), or ()
+
+    @classmethod
+    def of(
+        cls,
+        ctx: NodeContext,
+        hidden: int,
+        activations: tuple[str, ...],
+        rt: Expr,
+        state_bias: Expr | None,
+        peepholes: Expr | None,
+    ) -> _Direction:
+        """The direction with its weight blocks sliced once, not once per step."""
+        recurrent: tuple[Expr, ...] = (rt,)
+        if ctx.op_type == "GRU":
+            recurrent = tuple(
+                emit_slice(ctx, rt, {1: span}) for span in ((0, 2 * hidden, 1), (2 * hidden, 3 * hidden, 1))
+            )
+        blocks: tuple[Expr, ...] = ()
+        if peepholes is not None:
+            blocks = tuple(
+                emit_slice(ctx, peepholes, {0: (k * hidden, (k + 1) * hidden, 1)}) for k in range(3)
+            )
+        return cls(ctx, hidden, activations, recurrent, state_bias, blocks)
 
     def gate(self, z: Expr, k: int, count: int = 1) -> Expr:
         """Gate block k (count blocks) of a [batch, gates * hidden] value."""
@@ -68,28 +91,23 @@ class _Direction:
         """The next (hidden, cell) state from this step's input projection `xt` [batch, gates * hidden]."""
         emit, op = self.ctx.emit, self.ctx.op_type
         if op == "RNN":
-            return self.act(0, emit("add", [xt, emit("matmul", [h, self.rt])])), c
+            return self.act(0, emit("add", [xt, emit("matmul", [h, self.recurrent[0]])])), c
         if op == "GRU":
             return self._gru(xt, h), c
-        z = emit("add", [xt, emit("matmul", [h, self.rt])])
+        z = emit("add", [xt, emit("matmul", [h, self.recurrent[0]])])
         i, o, f, candidate = (self.gate(z, k) for k in range(4))
-        if self.peepholes is not None:
-            i = emit("add", [i, emit("mul", [self._peephole(0), c])])
-            f = emit("add", [f, emit("mul", [self._peephole(2), c])])
+        if self.peepholes:
+            i = emit("add", [i, emit("mul", [self.peepholes[0], c])])
+            f = emit("add", [f, emit("mul", [self.peepholes[2], c])])
         kept = emit("mul", [self.act(0, f), c])
         cell = emit("add", [kept, emit("mul", [self.act(0, i), self.act(1, candidate)])])
-        if self.peepholes is not None:
-            o = emit("add", [o, emit("mul", [self._peephole(1), cell])])
+        if self.peepholes:
+            o = emit("add", [o, emit("mul", [self.peepholes[1], cell])])
         return emit("mul", [self.act(0, o), self.act(2, cell)]), cell
 
-    def _peephole(self, k: int) -> Expr:
-        assert self.peepholes is not None
-        return emit_slice(self.ctx, self.peepholes, {0: (k * self.hidden, (k + 1) * self.hidden, 1)})
-
     def _gru(self, xt: Expr, h: Expr) -> Expr:
-        emit, hidden = self.ctx.emit, self.hidden
-        rt_zr = emit_slice(self.ctx, self.rt, {1: (0, 2 * hidden, 1)})
-        rt_h = emit_slice(self.ctx, self.rt, {1: (2 * hidden, 3 * hidden, 1)})
+        emit = self.ctx.emit
+        rt_zr, rt_h = self.recurrent
         zr = emit("add", [self.gate(xt, 0, 2), emit("matmul", [h, rt_zr])])
         update, reset = self.act(0, self.gate(zr, 0)), self.act(0, self.gate(zr, 1))
         assert self.state_bias is not None
@@ -199,7 +217,7 @@ def _recurrent(ctx: NodeContext) -> Sequence[Expr | None]:
         projected = ctx.emit("add", [ctx.emit("matmul", [flat, wt]), projection_bias])
         projected = ctx.emit("reshape", [projected], shape=(steps, batch, gates * hidden))
         peepholes = ctx.optional(7) if op == "LSTM" else None
-        part = _Direction(
+        part = _Direction.of(
             ctx,
             hidden,
             activations,

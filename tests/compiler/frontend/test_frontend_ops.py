@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from compiler.frontend.convert_recurrent import GATES
 from tests.compiler.frontend.onnx_check import check_against_ort, single_op
 
 F32 = np.float32
@@ -84,7 +85,7 @@ case("LRN_large", "LRN", {"x": lambda: randn(1, 16, 5, 5) * 40}, size=5, alpha=1
 
 def recurrent_weights(op: str, directions: int, hidden: int, inputs: int, seed: int) -> dict[str, np.ndarray]:
     """W, R and B of an ONNX recurrent layer, scaled so that the gates neither saturate nor vanish."""
-    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    gates = GATES[op]
     rng = np.random.default_rng(seed)
     return {
         "W": (rng.standard_normal((directions, gates * hidden, inputs)) * 0.5).astype(F32),
