@@ -123,7 +123,7 @@ def bench_entry(
         row["tune"] = {k: summary[k] for k in ("tasks", "trials", "tune_s", "kernels_from_records")}
         confirmation = summary.get("confirmation") or {}
         row["tune"]["confirmation"] = {
-            k: confirmation.get(k) for k in ("whole_model", "kept", "direct", "error")
+            k: confirmation.get(k) for k in ("whole_model", "kept", "direct", "winograd", "error")
         }
         tuned_module = compiler.runtime.load(where / "tuned.temper")
         systems["temper_tuned"] = lambda: tuned_module.run(feeds)

@@ -118,7 +118,9 @@ def explain_model(
     out = tuple(_explain(fr, k, history, reasons, profile or {}) for k in kernels)
     notes: tuple[str, ...] = ()
     if fr.direct_convs:
-        notes = (f"tuning measured direct kernels faster for: {', '.join(sorted(fr.direct_convs))}",)
+        notes += (f"tuning measured direct kernels faster for: {', '.join(sorted(fr.direct_convs))}",)
+    if fr.winograd_convs:
+        notes += (f"tuning measured Winograd kernels faster for: {', '.join(sorted(fr.winograd_convs))}",)
     return Explanation(fr.target.to_json(), tuple(fr.passes), out, notes)
 
 
@@ -247,9 +249,10 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
                 reason = why_rows(call)
                 verdict = f"keeps its rows: {reason}" if reason else f"runs its {h}x{w} plane as one row"
                 out.setdefault(call.name, []).append(f"pointwise_conv_rows: {verdict}")
-    report = algorithm_report(fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs)
+    report = algorithm_report(fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs, fr.winograd_convs)
     for name, tile in report["winograd"].items():
-        out.setdefault(name, []).append(f"conv_algorithm: Winograd {tile} (the rule's conditions hold)")
+        why = "" if name in fr.winograd_convs else " (the rule's conditions hold)"
+        out.setdefault(name, []).append(f"conv_algorithm: Winograd {tile}{why}")
     for name, reason in report["direct"].items():
         out.setdefault(name, []).append(f"conv_algorithm: stays direct: {reason}")
     return out

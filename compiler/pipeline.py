@@ -28,7 +28,7 @@ from compiler.frontend.onnx import ImportedModel, import_model
 from compiler.graph.ir import Call, Const, Graph
 from compiler.graph.passes import Group, PassContext, check_disabled, graph_passes, partition_pass
 from compiler.graph.passes.alter_layout import layout_report
-from compiler.graph.passes.conv_algorithm import algorithm_report
+from compiler.graph.passes.conv_algorithm import algorithm_report, winograd_candidates
 from compiler.graph.passes.fuse import print_fused
 from compiler.graph.printer import print_graph
 from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernels, lower_group
@@ -98,16 +98,19 @@ class Frontier:
     kernels: list[KernelGroup]  # the fused calls that become kernels, in execution order
     aliases: list[Call]  # fused calls that only reshape (no kernel: their output aliases their input)
     direct_convs: frozenset[str] = frozenset()  # convs kept direct because tuning measured them faster
+    winograd_convs: frozenset[str] = frozenset()  # convs run as Winograd because tuning measured so
     onnx_nodes: Mapping[str, str] = field(default_factory=dict)  # ONNX node name -> op type (all nodes)
     after_pass: tuple[tuple[str, Graph], ...] = ()  # (pass, graph after it), from the import on
 
 
 @dataclass(frozen=True)
 class Alternative:
-    """A Winograd kernel of a model and the direct kernel the same ONNX nodes make without it."""
+    """A conv kernel of a model as the rule compiles it, and its twin: the kernel the same ONNX nodes
+    make with the other algorithm (a Winograd kernel's direct twin, or the Winograd twin of a conv
+    the cost rule keeps direct)."""
 
-    kernel: KernelGroup  # the Winograd kernel
-    twin_kernel: KernelGroup  # the direct kernel (in a frontier built without conv_algorithm)
+    kernel: KernelGroup  # the kernel the rule makes
+    twin_kernel: KernelGroup  # the other algorithm's kernel (in a frontier built to make it)
 
     @property
     def twin(self) -> Workload:
@@ -141,6 +144,8 @@ class Build:
     only: str | None = None  # inspect: the one kernel to build from "tir" on (its name or an ONNX node)
     # convs kept direct whatever the rule says; None: the rule, then what the records measured
     direct_convs: frozenset[str] | None = None
+    # convs run as Winograd whatever the cost rule says (set with direct_convs, or by the records)
+    winograd_convs: frozenset[str] = frozenset()
     # graph
     imported: ImportedModel | None = None
     # optimized
@@ -169,8 +174,10 @@ class Build:
         schedules: ScheduleSource | None = None,
         only: str | None = None,
         direct_convs: frozenset[str] | None = None,
+        winograd_convs: frozenset[str] = frozenset(),
     ) -> Build:
-        return cls(model, options, parse_target(options.target), schedules, only, direct_convs)
+        target = parse_target(options.target)
+        return cls(model, options, target, schedules, only, direct_convs, winograd_convs)
 
     def need_frontier(self) -> Frontier:
         assert self.frontier is not None, "the tir stage has not run"
@@ -184,33 +191,37 @@ def _import(b: Build) -> None:
 
 
 def _optimize(b: Build) -> None:
-    """The graph passes of the opt level, in order (compiler.graph.passes). A Winograd conv whose
-    direct twin's record measured faster is then kept direct: the rule picks, measurements overrule."""
-    _run_graph_passes(b, b.direct_convs or frozenset())
+    """The graph passes of the opt level, in order (compiler.graph.passes). A conv whose twin's record
+    measured faster (its direct kernel, or its Winograd kernel) then runs as its twin: the rule
+    picks, measurements overrule."""
+    _run_graph_passes(b, b.direct_convs or frozenset(), b.winograd_convs)
     if b.direct_convs is not None:
         return
     b.direct_convs = frozenset()
     if b.schedules is None or b.optimized is None:
         return
-    if not any(n.op == "conv2d_winograd_nchwc" for n in b.optimized.calls()):
+    winograd = any(n.op == "conv2d_winograd_nchwc" for n in b.optimized.calls())
+    if not winograd and not winograd_candidates(b.optimized):
         return
     # the probe's own lists: its partition must not land in this build's passes
     bare = replace(b.options, overrides={})
     probe = replace(b, options=bare, passes=list(b.passes), after_pass=list(b.after_pass))
     for stage in (_partition, _lower):
         stage(probe)
-    forced = measured_direct(b.model, b.options, probe.need_frontier(), b.schedules)
-    if forced:
-        b.direct_convs = forced
-        _run_graph_passes(b, forced)
+    direct, to_winograd = measured_algorithms(b.model, b.options, probe.need_frontier(), b.schedules)
+    if direct or to_winograd:
+        b.direct_convs, b.winograd_convs = direct, to_winograd
+        _run_graph_passes(b, direct, to_winograd)
 
 
-def _run_graph_passes(b: Build, direct_convs: frozenset[str]) -> None:
+def _run_graph_passes(b: Build, direct_convs: frozenset[str], winograd_convs: frozenset[str]) -> None:
     assert b.imported is not None
     graph = b.imported.graph
     b.after_pass = [("import", graph)]
     b.passes = []
-    context = PassContext(channel_block=b.target.lanes("float32"), direct_convs=direct_convs)
+    context = PassContext(
+        channel_block=b.target.lanes("float32"), direct_convs=direct_convs, winograd_convs=winograd_convs
+    )
     for name, fn in graph_passes(b.options.opt_level):
         if name not in b.options.disabled_passes:
             graph = fn(graph, context)
@@ -251,6 +262,7 @@ def _lower(b: Build) -> None:
         kernels,
         aliases,
         b.direct_convs or frozenset(),
+        b.winograd_convs,
         dict(b.imported.nodes),
         tuple(b.after_pass),
     )
@@ -356,68 +368,87 @@ def _is_alias(call: Call) -> bool:
 
 
 def build_frontier(
-    model: ModelInput, options: CompileOptions, direct_convs: frozenset[str] = frozenset()
+    model: ModelInput,
+    options: CompileOptions,
+    direct_convs: frozenset[str] = frozenset(),
+    winograd_convs: frozenset[str] = frozenset(),
 ) -> Frontier:
-    """The stages up to TIR, with exactly these convs kept direct (no records consulted, no
-    overrides bound)."""
+    """The stages up to TIR, with exactly these convs kept direct and these run as Winograd past
+    the cost rule (no records consulted, no overrides bound)."""
     bare = replace(options, overrides={})
-    return run_stages(Build.start(model, bare, direct_convs=direct_convs), "tir").need_frontier()
+    build = Build.start(model, bare, direct_convs=direct_convs, winograd_convs=winograd_convs)
+    return run_stages(build, "tir").need_frontier()
 
 
-def winograd_alternatives(model: ModelInput, options: CompileOptions, fr: Frontier) -> list[Alternative]:
-    """Each Winograd kernel of `fr` with its direct twin: the kernel its ONNX nodes make when the
-    conv_algorithm pass does not run (the tuner tunes both; compile keeps the faster)."""
-    wino = [k for k in fr.kernels if k.workload.anchor_op == "conv2d_winograd_nchwc"]
-    if not wino:
-        return []
-    without = replace(options, disabled_passes=options.disabled_passes | {"conv_algorithm"})
-    direct = build_frontier(model, without)
-    by_nodes = {frozenset(k.workload.nodes): k for k in direct.kernels}
+def algorithm_alternatives(model: ModelInput, options: CompileOptions, fr: Frontier) -> list[Alternative]:
+    """The model's conv kernels that have a twin of the other algorithm, each with it (the tuner
+    tunes both; compile keeps the faster): every Winograd kernel of `fr` with the direct kernel its
+    ONNX nodes make when the conv_algorithm pass does not run, and every kernel of a conv the cost
+    rule alone keeps direct (conv_algorithm.winograd_candidates) with its Winograd kernel. `fr` is
+    built by the rule alone (no measurements)."""
     out = []
-    for k in wino:
+    wino = [k for k in fr.kernels if k.workload.anchor_op == "conv2d_winograd_nchwc"]
+    if wino:
+        without = replace(options, disabled_passes=options.disabled_passes | {"conv_algorithm"})
+        out += _twins(wino, build_frontier(model, without), "conv2d_nchwc")
+    candidates = winograd_candidates(fr.optimized) if "conv_algorithm" in fr.passes else frozenset()
+    direct = [k for k in fr.kernels if k.group.anchor is not None and k.group.anchor.name in candidates]
+    if direct:
+        forced = build_frontier(model, options, winograd_convs=candidates)
+        out += _twins(direct, forced, "conv2d_winograd_nchwc")
+    return out
+
+
+def _twins(kernels: list[KernelGroup], other: Frontier, op: str) -> list[Alternative]:
+    """Each of `kernels` with the kernel of `other` that runs the same ONNX nodes, when that one's
+    main op is `op`."""
+    by_nodes = {frozenset(k.workload.nodes): k for k in other.kernels}
+    out = []
+    for k in kernels:
         twin = by_nodes.get(frozenset(k.workload.nodes))
-        if twin is not None and twin.workload.anchor_op == "conv2d_nchwc":
+        if twin is not None and twin.workload.anchor_op == op:
             out.append(Alternative(k, twin))
     return out
 
 
-def measured_direct(
+def measured_algorithms(
     model: ModelInput, options: CompileOptions, fr: Frontier, schedules: ScheduleSource | None
-) -> frozenset[str]:
-    """The Winograd convs of `fr` whose direct twin's tuned schedule measured faster than their own:
-    the rule picks the algorithm, measurements overrule it. Without in-model times, both kernels'
-    times alone decide. A Winograd kernel timed inside its model (`model_s`) gives way only to a twin
-    with an in-model time too, which tuner.confirm stores only when the model, compiled with that
-    twin, ran faster as a whole: a kernel alone is not the kernel in place (DenseNet's 7x7 convs ran
-    faster direct alone, and slower so inside the model)."""
+) -> tuple[frozenset[str], frozenset[str]]:
+    """(the Winograd convs of `fr` to run direct, the direct convs to run as Winograd): those whose
+    twin's tuned schedule measured faster than their own kernel's. The rule picks the algorithm,
+    measurements overrule it. Without in-model times, both kernels' times alone decide. A kernel
+    timed inside its model (`model_s`) gives way only to a twin with an in-model time too, which
+    tuner.confirm stores only when the model, compiled with that twin, ran faster as a whole: a
+    kernel alone is not the kernel in place (DenseNet's 7x7 convs ran faster direct alone, and
+    slower so inside the model; a Winograd kernel alone keeps its transformed weights in cache,
+    which inside a deep network stream from DRAM)."""
     if schedules is None:
-        return frozenset()
-    timed: dict[str, tuple[float | None, float]] = {}  # Winograd workloads: (in model, alone)
+        return frozenset(), frozenset()
+    candidates = winograd_candidates(fr.optimized) if "conv_algorithm" in fr.passes else frozenset()
+    timed: dict[str, tuple[float | None, float]] = {}  # the rule's kernels: (in model, alone)
     for k in fr.kernels:
-        w = k.workload
-        if w.anchor_op == "conv2d_winograd_nchwc" and w.key not in timed:
+        w, anchor = k.workload, k.group.anchor
+        candidate = anchor is not None and anchor.name in candidates
+        if (w.anchor_op == "conv2d_winograd_nchwc" or candidate) and w.key not in timed:
             mine = schedules.lookup(w.key, fr.target.key)
             if mine is not None and mine.seconds is not None:
                 timed[w.key] = (_in_model(mine), mine.seconds)
-    if not timed:  # nothing to compare with: no need to build the direct twins
-        return frozenset()
-    faster = set()
-    for alt in winograd_alternatives(model, options, fr):
+    if not timed:  # nothing to compare with: no need to build the twins
+        return frozenset(), frozenset()
+    direct: set[str] = set()
+    winograd: set[str] = set()
+    for alt in algorithm_alternatives(model, options, fr):
         own = timed.get(alt.kernel.workload.key)
         other = schedules.lookup(alt.twin.key, fr.target.key)
         if own is None or other is None or other.seconds is None:
             continue
         own_model, own_alone = own
-        other_model = _in_model(other)
-        if own_model is not None:
-            wins = other_model is not None
-        else:
-            wins = other.seconds < own_alone
+        wins = _in_model(other) is not None if own_model is not None else other.seconds < own_alone
         if wins:
             anchor = alt.kernel.group.anchor
-            assert anchor is not None  # a Winograd kernel is anchored on its conv
-            faster.add(anchor.name)
-    return frozenset(faster)
+            assert anchor is not None  # a conv kernel is anchored on its conv
+            (winograd if alt.twin.anchor_op == "conv2d_winograd_nchwc" else direct).add(anchor.name)
+    return frozenset(direct), frozenset(winograd)
 
 
 def _in_model(choice: ScheduleChoice) -> float | None:
@@ -562,7 +593,9 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
         # what alter_layout decided: the channel block, blocked convs, why the others stayed NCHW
         "layout": layout_report(fr.optimized, fr.target.lanes("float32"), "alter_layout" in fr.passes),
         # which blocked convs run as Winograd, and why the others stay direct
-        "conv_algorithms": algorithm_report(fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs),
+        "conv_algorithms": algorithm_report(
+            fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs, fr.winograd_convs
+        ),
         "inputs": [
             {"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs
         ],

@@ -89,14 +89,12 @@ def confirmation_lines(confirmation: Any) -> list[str]:
             f"whole model with the in-model picks: {_ms(whole['picks'])} ms against "
             f"{_ms(whole['defaults'])} ms with the defaults, {verdict}"
         )
-    direct = confirmation.get("direct") or []
-    if direct:
-        lines.append(
-            f"the picks ran {len(direct)} conv(s) direct, not Winograd (faster alone"
-            + ("; kept" if confirmation.get("kept") != "defaults" else "; not kept: the model was no faster")
-            + "): "
-            + ", ".join(direct)
-        )
+    kept = "; kept" if confirmation.get("kept") != "defaults" else "; not kept: the model was no faster"
+    for key, how in (("direct", "direct, not Winograd"), ("winograd", "as Winograd, not direct")):
+        switched = confirmation.get(key) or []
+        if switched:
+            names = ", ".join(switched)
+            lines.append(f"the picks ran {len(switched)} conv(s) {how} (faster alone{kept}): {names}")
     changed = confirmation.get("changed") or []
     if changed:
         lines.append(

@@ -20,11 +20,14 @@ in-model picks is last compiled and run whole against the defaults, again altern
 it runs faster are the picks stored; otherwise only the defaults' in-model times are, and
 compilations keep the default schedules: a tuned model is never slower than the untuned one.
 
-The picks include the algorithm switches measurements make: a Winograd conv whose direct twin (its
-alternative task) ran faster alone is compiled direct in the picks, as a compilation from the
-database would (compiler.pipeline.measured_direct). The twin's in-model time is stored only when
-the picks win; a Winograd kernel timed in the model gives way only to a twin timed there, so no
-algorithm switch reaches a compilation without having run whole and faster.
+The picks include the algorithm switches measurements make: a conv whose twin of the other
+algorithm (its alternative task) ran faster alone is compiled as that twin in the picks, as a
+compilation from the database would (compiler.pipeline.measured_algorithms): a Winograd conv
+direct, or a conv the cost rule keeps direct as Winograd. The twin's in-model time is stored only
+when the picks win; a kernel timed in the model gives way only to a twin timed there, so no
+algorithm switch reaches a compilation without having run whole and faster. This matters most for
+Winograd twins: alone, a Winograd kernel keeps its larger transformed weights in cache and nearly
+always wins; in place they stream from DRAM, which one CPU's arithmetic hides and another's not.
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ class Confirmation:
     whole_model_secs: tuple[float, float] | None = None
     # convs the picks ran direct (their twin faster alone), by ONNX node; kept only with the picks
     direct_convs: tuple[str, ...] = ()
+    # convs the picks ran as Winograd past the cost rule (their twin faster alone), likewise
+    winograd_convs: tuple[str, ...] = ()
     picks_lost: bool = False  # the whole model ran no faster with the picks
 
     @property
@@ -172,15 +177,16 @@ class _Fixed:
         )
 
 
-def direct_twins(
+def algorithm_twins(
     model: ModelInput, options: CompileOptions, db: Database, target: Target
 ) -> dict[str, TuningRecord]:
-    """The direct twins of the model's Winograd convs that tuning measured: twin workload key -> its
-    fastest record alone (what measured_direct weighs against the Winograd kernel's)."""
-    from compiler.pipeline import build_frontier, winograd_alternatives
+    """The twins of the other algorithm of the model's conv kernels that tuning measured: twin
+    workload key -> its fastest record alone (what measured_algorithms weighs against the rule's
+    kernel)."""
+    from compiler.pipeline import algorithm_alternatives, build_frontier
 
     twins = {}
-    for alt in winograd_alternatives(model, options, build_frontier(model, options)):
+    for alt in algorithm_alternatives(model, options, build_frontier(model, options)):
         ok = [r for r in db.records(alt.twin.key, target.key) if r.ok and r.trusted]
         if ok:
             twins[alt.twin.key] = min(ok, key=lambda r: (r.seconds, r.id or 0))
@@ -216,7 +222,7 @@ def confirm(
 ) -> Confirmation | None:
     """Time every task's finalists inside the model and store their in-model times; None when no task
     has a successful record. A task with one finalist is timed too: its in-model time is what keeps
-    its Winograd conv from giving way to a direct twin timed only alone (measured_direct). The timing
+    its conv from giving way to a twin timed only alone (measured_algorithms). The timing
     runs in a child process of this one, or through `executor` (the runner's: the machine the
     candidates were timed on). `should_stop` is polled throughout: when it says so, ConfirmStopped
     is raised and nothing is stored."""
@@ -243,7 +249,6 @@ def confirm(
                     for k in compiled.manifest["kernels"]
                 }
             )
-        defaults_manifest = compiled.manifest
     timings, run_secs = _timed(artifacts, copts, executor, stop)
     by_task = {t.key: TaskConfirmation(t.name, t.key) for t in tasks}
     # per (workload, record): its per-call seconds in each round of each variant it ran in
@@ -267,7 +272,7 @@ def confirm(
     records = {r.id: r for p in picks.values() for r in p}
     combined = {k: p[0] for k, p in picks.items() if p}
     combined.update({c.key: records[c.chosen] for c in compared if c.chosen is not None})
-    twins = direct_twins(model, options, db, target) if _has_winograd(defaults_manifest) else {}
+    twins = algorithm_twins(model, options, db, target)
     differ = any(c.chosen != c.default_id for c in compared if c.default_id is not None)
     whole: tuple[float, float] | None = None
     twin_secs: dict[tuple[str, int], float] = {}
@@ -277,17 +282,18 @@ def confirm(
     picked = (
         compile_model(model, options, _Fixed({**combined, **twins}, timed=True)) if differ or twins else None
     )
-    direct = _switched(picked.manifest) if picked is not None else ()
-    if picked is not None and (direct or differ):
+    direct, winograd = _switched(picked.manifest) if picked is not None else ((), ())
+    switched = direct + winograd
+    if picked is not None and (switched or differ):
         with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
             path = Path(tmp) / "picks.temper"
             picked.save(path)
             both = [path.read_bytes(), artifacts[-1]]
-        # with twins run direct, each kernel is timed too: the twins' in-model times are stored
-        kernel_rounds, (picked_s, defaults_s) = _timed(both, copts, executor, stop, profile=bool(direct))
+        # with twins switched in, each kernel is timed too: the twins' in-model times are stored
+        kernel_rounds, (picked_s, defaults_s) = _timed(both, copts, executor, stop, profile=bool(switched))
         whole = (picked_s, defaults_s)
         lost = picked_s >= defaults_s
-        if direct and not lost:
+        if switched and not lost:
             ran = {
                 k["name"]: (k["workload_key"], twins.get(k["workload_key"]))
                 for k in picked.manifest["kernels"]
@@ -306,21 +312,24 @@ def confirm(
         run_secs,
         time.monotonic() - start,
         whole,
-        tuple(direct),
-        lost,
+        direct_convs=tuple(direct),
+        winograd_convs=tuple(winograd),
+        picks_lost=lost,
     )
 
 
-def _has_winograd(manifest: dict[str, Any]) -> bool:
-    return bool(manifest.get("conv_algorithms", {}).get("winograd"))
+def _switched(manifest: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The convs a compilation ran as their twin because tuning measured it faster: (those run
+    direct, those run as Winograd)."""
+    from compiler.graph.passes.conv_algorithm import MEASURED_FASTER, MEASURED_WINOGRAD
 
-
-def _switched(manifest: dict[str, Any]) -> tuple[str, ...]:
-    """The convs a compilation ran direct because tuning measured their twin faster."""
-    from compiler.graph.passes.conv_algorithm import MEASURED_FASTER
-
-    direct = manifest.get("conv_algorithms", {}).get("direct", {})
-    return tuple(sorted(name for name, why in direct.items() if why == MEASURED_FASTER))
+    algorithms = manifest.get("conv_algorithms", {})
+    direct = algorithms.get("direct", {})
+    winograd = algorithms.get("winograd", {})
+    return (
+        tuple(sorted(name for name, why in direct.items() if why == MEASURED_FASTER)),
+        tuple(sorted(name for name, how in winograd.items() if how.endswith(MEASURED_WINOGRAD))),
+    )
 
 
 def _timed(
@@ -456,6 +465,7 @@ def summary(result: Confirmation) -> dict[str, Any]:
         "kept": "defaults" if result.kept_defaults else "picks",
         "changed": [t.name for t in result.changed],
         "direct": list(result.direct_convs),
+        "winograd": list(result.winograd_convs),
         "tasks": [
             {
                 "name": t.name,

@@ -21,8 +21,8 @@ class TaskScheduler:
 
     def estimated_latency(self) -> float:
         """Model latency if every kernel ran at its task's best time (inf until all measured); a
-        Winograd kernel counts at the better of its own and its direct alternative's best time,
-        the one that compile keeps."""
+        conv kernel with a twin of the other algorithm counts at the better of its own and its
+        twin's best time, the one that compile keeps."""
         alternative = {s.task.alternative_of: s.best_secs for s in self.states if s.task.alternative_of}
         return sum(
             s.task.weight * min(s.best_secs, alternative.get(s.task.key, float("inf")))

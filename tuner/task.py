@@ -11,7 +11,7 @@ import numpy as np
 from compiler.graph.interpret import run_graph
 from compiler.graph.passes.fuse import Group
 from compiler.kernels import Workload
-from compiler.pipeline import CompileOptions, Frontier, ModelInput, build_frontier, winograd_alternatives
+from compiler.pipeline import CompileOptions, Frontier, ModelInput, algorithm_alternatives, build_frontier
 from compiler.planner import pack_constant
 
 
@@ -19,8 +19,9 @@ from compiler.planner import pack_constant
 class Task:
     """One workload to tune. `weight` = how many kernels of the model share it; `group` is the fused
     graph it came from (the reference the measured candidates are checked against). A task with
-    `alternative_of` is not in the compiled model: it is the direct kernel of a Winograd task (that
-    key), tuned so that compile can keep whichever of the two measured faster."""
+    `alternative_of` is not in the compiled model as the rule builds it: it is a conv task's kernel of
+    the other algorithm (the direct kernel of a Winograd task, or the Winograd kernel of a direct
+    one; that task's key), tuned so that compile can keep whichever of the two measured faster."""
 
     name: str
     workload: Workload
@@ -77,16 +78,16 @@ def tasks_of(fr: Frontier) -> list[Task]:
 
 
 def alternative_tasks(model: ModelInput, options: CompileOptions, fr: Frontier | None = None) -> list[Task]:
-    """The direct twins of the model's Winograd kernels (compiler.pipeline.winograd_alternatives),
-    one task per distinct workload, weighted like the Winograd task each replaces; `fr` is the
-    model's frontier when the caller has built it already."""
+    """The twins of the model's conv kernels of the other algorithm (compiler.pipeline.
+    algorithm_alternatives), one task per distinct workload, weighted like the task each replaces;
+    `fr` is the model's frontier when the caller has built it already."""
     fr = fr or build_frontier(model, options)
     counts: dict[str, int] = {}
     for kernel in fr.kernels:
         key = kernel.workload.key
         counts[key] = counts.get(key, 0) + 1
     by_key: dict[str, Task] = {}
-    for alt in winograd_alternatives(model, options, fr):
+    for alt in algorithm_alternatives(model, options, fr):
         if alt.twin.key not in by_key:
             mine = alt.kernel.workload.key
             group = alt.twin_kernel.group

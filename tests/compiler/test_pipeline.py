@@ -156,7 +156,7 @@ class _Timed:
 
 def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
     from compiler.kernels import default_schedule
-    from compiler.pipeline import build_frontier, winograd_alternatives
+    from compiler.pipeline import algorithm_alternatives, build_frontier
     from tests.compiler.frontend.onnx_check import single_op
 
     rng = np.random.default_rng(5)
@@ -165,7 +165,7 @@ def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
     model, _ = single_op("Conv", {"x": x}, {"w": w}, pads=[1, 1, 1, 1])
     data = model.SerializeToString()
     fr = build_frontier(data, CompileOptions())
-    (alt,) = winograd_alternatives(data, CompileOptions(), fr)
+    (alt,) = algorithm_alternatives(data, CompileOptions(), fr)
     wino = alt.kernel.workload
     assert wino.anchor_op == "conv2d_winograd_nchwc" and alt.twin.anchor_op == "conv2d_nchwc"
     assert set(wino.nodes) == set(alt.twin.nodes)
@@ -196,6 +196,54 @@ def test_a_conv_measured_faster_direct_than_winograd_stays_direct() -> None:
     only_one.traces = {alt.twin.key: default_schedule(alt.twin)[0].trace}
     kept = compile_model(data, CompileOptions(), only_one).manifest
     assert kept["conv_algorithms"]["winograd"] and kept["passes"].count("fuse_ops") == 1
+
+
+def test_a_conv_the_cost_rule_keeps_direct_runs_as_winograd_when_measured_faster(tmp_path: Path) -> None:
+    """The reverse switch: a conv on a 7x7 plane, which the cost rule keeps direct (its Winograd
+    weights cost more bytes than the FLOPs they save, on a typical CPU), has a Winograd twin that
+    tuning measures; a compilation runs it as Winograd when that twin measured faster, under the
+    same in-model gate as the other way round, and computes what onnxruntime does."""
+    import onnxruntime as ort
+
+    import compiler.runtime
+    from compiler.graph.passes.conv_algorithm import MEASURED_WINOGRAD
+    from compiler.kernels import default_schedule
+    from compiler.pipeline import algorithm_alternatives, build_frontier
+    from tests.compiler.frontend.onnx_check import single_op
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 32, 7, 7)).astype(np.float32)
+    w = (rng.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
+    model, _ = single_op("Conv", {"x": x}, {"w": w}, pads=[1, 1, 1, 1])
+    data = model.SerializeToString()
+    fr = build_frontier(data, CompileOptions())
+    (alt,) = algorithm_alternatives(data, CompileOptions(), fr)
+    direct = alt.kernel.workload
+    assert direct.anchor_op == "conv2d_nchwc" and alt.twin.anchor_op == "conv2d_winograd_nchwc"
+    assert set(direct.nodes) == set(alt.twin.nodes)
+    traces = {k.key: default_schedule(k)[0].trace for k in (direct, alt.twin)}
+    cases: list[tuple[dict[str, float], dict[str, float], str]] = [
+        ({direct.key: 1e-4, alt.twin.key: 2e-4}, {}, "direct"),  # slower alone
+        ({direct.key: 3e-4, alt.twin.key: 2e-4}, {}, "winograd"),  # faster alone, nothing in the model
+        ({direct.key: 3e-4, alt.twin.key: 2e-4}, {direct.key: 3e-4}, "direct"),  # the model not run with it
+        ({direct.key: 3e-4, alt.twin.key: 2e-4}, {direct.key: 3e-4, alt.twin.key: 2e-4}, "winograd"),
+    ]
+    for alone, in_model, expect in cases:
+        source = _Timed(alone, in_model)
+        source.traces = traces
+        compiled = compile_model(data, CompileOptions(), source)
+        algorithms = compiled.manifest["conv_algorithms"]
+        assert len(algorithms[expect]) == 1, (alone, in_model, algorithms)
+        if expect == "winograd":
+            assert next(iter(algorithms["winograd"].values())) == f"F(2x2, 3x3): {MEASURED_WINOGRAD}"
+            used = {k["workload_key"]: k["schedule"]["source"] for k in compiled.manifest["kernels"]}
+            assert used[alt.twin.key] == "record"
+            compiled.save(tmp_path / "m.temper")
+            (got,) = compiler.runtime.load(tmp_path / "m.temper").run({"x": x}).values()
+            want = ort.InferenceSession(data).run(None, {"x": x})[0]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        else:
+            assert "FLOPs per byte" in next(iter(algorithms["direct"].values()))
 
 
 def test_kernels_prefetch_their_weights_ahead() -> None:

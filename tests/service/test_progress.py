@@ -26,3 +26,17 @@ def test_the_whole_model_verdict_is_printed_with_both_latencies() -> None:
     assert confirmation_lines({"error": "boom"}) == [
         "in-model check failed (records kept as measured alone): boom"
     ]
+
+
+def test_algorithm_switches_are_printed_each_way_with_whether_they_were_kept() -> None:
+    report = {
+        **_report("picks", {"picks": 0.0100, "defaults": 0.0120}),
+        "direct": ["conv_a"],
+        "winograd": ["c7"],
+    }
+    lines = confirmation_lines(report)
+    assert "the picks ran 1 conv(s) direct, not Winograd (faster alone; kept): conv_a" in lines
+    assert "the picks ran 1 conv(s) as Winograd, not direct (faster alone; kept): c7" in lines
+    lost = confirmation_lines({**report, "kept": "defaults"})
+    assert any(line.endswith("(faster alone; not kept: the model was no faster): c7") for line in lost)
+    assert not any("conv(s)" in line for line in confirmation_lines(_report("picks", None)))

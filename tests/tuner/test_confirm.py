@@ -17,7 +17,7 @@ from tuner.apply import DatabaseSource
 from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists, summary
 from tuner.records import TuningRecord, trace_hash
 from tuner.space import default_trace, space_size
-from tuner.task import Task, extract_tasks
+from tuner.task import Task, alternative_tasks, extract_tasks
 from tuner.tune import TuneOptions, tune
 
 
@@ -134,7 +134,7 @@ def test_a_direct_twin_faster_alone_runs_direct_only_when_the_whole_model_runs_f
     db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
     tune(model, CompileOptions(), db, TuneOptions(trials=4, confirm=False))  # every task's default
     target = host_target()
-    twin = next(iter(confirm_module.direct_twins(model, CompileOptions(), db, target).values()))
+    twin = next(iter(confirm_module.algorithm_twins(model, CompileOptions(), db, target).values()))
     db.commit_record(replace_secs(twin, 1e-9))  # the twin now runs faster alone than any Winograd kernel
     timed = confirm_module._timed
     calls: list[int] = []
@@ -163,6 +163,62 @@ def test_a_direct_twin_faster_alone_runs_direct_only_when_the_whole_model_runs_f
         assert not algorithms["direct"] and len(algorithms["winograd"]) == 2
     compiled.save(tmp_path / "m.temper")
     x = np.random.default_rng(1).standard_normal((1, 32, 12, 12)).astype(np.float32)
+    got = compiler.runtime.load(tmp_path / "m.temper").run({"x": x})["y"]
+    want = ort.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("picks_faster", [True, False])
+def test_a_winograd_twin_faster_alone_runs_only_when_the_whole_model_runs_faster_with_it(
+    picks_faster: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reverse switch: convs on a 7x7 plane, which the cost rule keeps direct, have Winograd
+    twins; one measured faster alone goes into the picks, and its in-model time is stored only when
+    the whole model ran faster with it (a Winograd kernel alone keeps its weights in cache, which
+    in place may stream from DRAM). Only then does a compilation run the convs as Winograd."""
+    import tuner.confirm as confirm_module
+    from compiler.graph.passes.conv_algorithm import MEASURED_WINOGRAD
+    from tests.tuner.test_scheduler import twin_winograd_model
+
+    model = twin_winograd_model(hw=7).SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(model, CompileOptions(), db, TuneOptions(trials=4, confirm=False))  # every task's default
+    untuned = compile_model(model, CompileOptions(), DatabaseSource(db)).manifest["conv_algorithms"]
+    assert not untuned["winograd"] and len(untuned["direct"]) == 2
+    target = host_target()
+    twin = next(iter(confirm_module.algorithm_twins(model, CompileOptions(), db, target).values()))
+    (alternative,) = alternative_tasks(model, CompileOptions())
+    assert twin.workload_key == alternative.key and alternative.workload.anchor_op == "conv2d_winograd_nchwc"
+    db.commit_record(replace_secs(twin, 1e-9))  # the twin now runs faster alone than the direct kernel
+    timed = confirm_module._timed
+    calls: list[int] = []
+
+    def verdict(artifacts, copts, executor, stop, profile=True):  # type: ignore[no-untyped-def]
+        kernels, runs = timed(artifacts, copts, executor, stop, profile)
+        calls.append(len(artifacts))
+        if len(calls) == 2:  # the picks against the defaults, whole
+            runs = [1.0, 2.0] if picks_faster else [2.0, 1.0]
+        return kernels, runs
+
+    monkeypatch.setattr(confirm_module, "_timed", verdict)
+    tasks = [t for t in extract_tasks(model, CompileOptions()) if t.alternative_of is None]
+    result = confirm(model, CompileOptions(), db, tasks, target)
+    assert result is not None and calls == [1, 2]
+    assert set(result.winograd_convs) == {"conv_a", "conv_b"} and not result.direct_convs
+    assert summary(result)["winograd"] == ["conv_a", "conv_b"]
+    assert result.kept_defaults is not picks_faster
+    timed_in_model = [r for r in db.records(twin.workload_key, target.key) if r.model_secs is not None]
+    assert len(timed_in_model) == (1 if picks_faster else 0)
+    compiled = compile_model(model, CompileOptions(), DatabaseSource(db))
+    algorithms = compiled.manifest["conv_algorithms"]
+    if picks_faster:
+        assert algorithms["winograd"] == dict.fromkeys(
+            ("conv_a", "conv_b"), f"F(2x2, 3x3): {MEASURED_WINOGRAD}"
+        )
+    else:
+        assert not algorithms["winograd"] and len(algorithms["direct"]) == 2
+    compiled.save(tmp_path / "m.temper")
+    x = np.random.default_rng(1).standard_normal((1, 32, 7, 7)).astype(np.float32)
     got = compiler.runtime.load(tmp_path / "m.temper").run({"x": x})["y"]
     want = ort.InferenceSession(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

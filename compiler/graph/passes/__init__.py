@@ -32,6 +32,8 @@ class PassContext:
     channel_block: int = 0
     # convs (node names) that stay direct whatever the rule says: tuning measured them faster so
     direct_convs: frozenset[str] = frozenset()
+    # convs that run as Winograd though the cost rule keeps them direct: tuning measured them faster so
+    winograd_convs: frozenset[str] = frozenset()
 
 
 Pass = Callable[[Graph, PassContext], Graph]
@@ -56,7 +58,7 @@ def _alter_layout(graph: Graph, ctx: PassContext) -> Graph:
 
 
 def _conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:
-    return choose_conv_algorithm(graph, ctx.direct_convs)
+    return choose_conv_algorithm(graph, ctx.direct_convs, ctx.winograd_convs)
 
 
 _LEVEL_0: list[tuple[str, Pass]] = [

@@ -10,8 +10,12 @@ channel pairs per tile transform and enough tiles to amortize that round trip; b
 conv stays.
 
 Every rule states its reason (`why_direct`), recorded in the manifest's `conv_algorithms` entry.
-The rule is a default: when tuning has measured both kernels of a conv (its Winograd kernel and the
-direct one it replaces), the compiler keeps the faster (compiler/pipeline.py, `measured_direct`).
+The rule is a default, and measurements overrule it both ways (compiler/pipeline.py,
+`measured_algorithms`): when tuning has measured both kernels of a conv, the compiler keeps the
+faster. A Winograd conv can go back to direct; a conv the cost rule alone keeps direct (its
+`winograd_candidates`: too few FLOPs saved per weight byte, a balance that differs from one CPU to
+the next) can go to Winograd. Convs the structural rules keep direct have no Winograd kernel to
+measure.
 """
 
 from __future__ import annotations
@@ -43,11 +47,27 @@ MIN_OUTPUT = 4
 # does in the time it streams one byte from DRAM, with some margin.
 MIN_FLOPS_SAVED_PER_BYTE = 16
 MEASURED_FASTER = "tuning measured its direct kernel faster than its Winograd kernel"
+MEASURED_WINOGRAD = "tuning measured it faster than its direct kernel"
 
 
-def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | None:
+def why_direct(
+    call: Call, keep_direct: frozenset[str] = frozenset(), winograd: frozenset[str] = frozenset()
+) -> str | None:
     """None when this conv2d_nchwc can run as Winograd, else why it stays direct (`keep_direct`:
-    the convs that tuning measured faster direct)."""
+    the convs that tuning measured faster direct; `winograd`: those it measured faster as Winograd,
+    which the cost rule no longer keeps direct)."""
+    reason = _structural_reason(call)
+    if reason is not None:
+        return reason
+    if call.name in keep_direct:
+        return MEASURED_FASTER
+    if call.name in winograd:
+        return None
+    return _cost_reason(call)
+
+
+def _structural_reason(call: Call) -> str | None:
+    """Why this call cannot run as Winograd here at all (None: it can)."""
     if call.op != "conv2d_nchwc":
         return "not a blocked conv2d"
     w = call.args[1]
@@ -74,8 +94,14 @@ def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | N
             f"dilated by {d[0]}x{d[1]}, its {oh}x{ow} output is {d[0] * d[1]} phases of "
             f"{phase[0]}x{phase[1]}, smaller than {MIN_OUTPUT}x{MIN_OUTPUT}"
         )
-    if call.name in keep_direct:
-        return MEASURED_FASTER
+    return None
+
+
+def _cost_reason(call: Call) -> str | None:
+    """Why the cost rule keeps a conv that could run as Winograd direct (None: it does not)."""
+    ocb, icb, _, _, ib, ob = call.args[1].type.shape
+    oh, ow = call.type.shape[2], call.type.shape[3]
+    d = _dilations(call)
     m = tile_for(call)
     saved = flops_saved_per_byte(icb * ib, ocb * ob, oh, ow, m, d)
     if saved < MIN_FLOPS_SAVED_PER_BYTE:
@@ -86,6 +112,17 @@ def why_direct(call: Call, keep_direct: frozenset[str] = frozenset()) -> str | N
             "them)"
         )
     return None
+
+
+def winograd_candidates(graph: Graph) -> frozenset[str]:
+    """The blocked convs of `graph` that only the cost rule keeps direct: Winograd kernels tuning may
+    measure against them (whether the FLOPs saved pay for the weight bytes added depends on the
+    CPU's arithmetic against its memory)."""
+    return frozenset(
+        c.name
+        for c in graph.calls()
+        if c.op == "conv2d_nchwc" and _structural_reason(c) is None and _cost_reason(c) is not None
+    )
 
 
 def _dilations(call: Call) -> tuple[int, int]:
@@ -135,10 +172,12 @@ def tile_cost(oh: int, ow: int, m: int, dilations: tuple[int, int] = (1, 1)) -> 
     return (m + 2) ** 2 * (2 * tiles + 4 * TILE_WEIGHT_BYTE_FLOPS)
 
 
-def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset()) -> Graph:
+def choose_conv_algorithm(
+    graph: Graph, keep_direct: frozenset[str] = frozenset(), winograd: frozenset[str] = frozenset()
+) -> Graph:
     """Rewrite every conv2d_nchwc the rule admits into conv2d_winograd_nchwc (weights transformed),
-    but those named in `keep_direct`."""
-    if not any(why_direct(c, keep_direct) is None for c in graph.calls()):
+    but those named in `keep_direct`; those named in `winograd` need only the structural rules."""
+    if not any(why_direct(c, keep_direct, winograd) is None for c in graph.calls()):
         return graph
     made: dict[int, Expr] = {}
 
@@ -149,7 +188,7 @@ def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset(
         if not isinstance(node, Call):
             continue
         args = tuple(rebuilt(a) for a in node.args)
-        if why_direct(node, keep_direct) is None:
+        if why_direct(node, keep_direct, winograd) is None:
             w = node.args[1]
             assert isinstance(w, Const)
             m = tile_for(node)
@@ -163,13 +202,19 @@ def choose_conv_algorithm(graph: Graph, keep_direct: frozenset[str] = frozenset(
 
 
 def algorithm_report(
-    optimized: Graph, ran: bool, keep_direct: frozenset[str] = frozenset()
+    optimized: Graph,
+    ran: bool,
+    keep_direct: frozenset[str] = frozenset(),
+    winograd: frozenset[str] = frozenset(),
 ) -> dict[str, dict[str, str]]:
-    """For the manifest: which blocked convs run as Winograd (with their tile) and why the others
-    stay direct."""
-    winograd = {c.name: f"F({c.attr('tile')}x{c.attr('tile')}, 3x3)" for c in optimized.calls()
-                if c.op == "conv2d_winograd_nchwc"}  # fmt: skip
+    """For the manifest: which blocked convs run as Winograd (with their tile, and the measurement
+    when one made them so) and why the others stay direct."""
+    winograd_tiles = {}
+    for c in optimized.calls():
+        if c.op == "conv2d_winograd_nchwc":
+            tile = f"F({c.attr('tile')}x{c.attr('tile')}, 3x3)"
+            winograd_tiles[c.name] = f"{tile}: {MEASURED_WINOGRAD}" if c.name in winograd else tile
     not_run = "the conv_algorithm pass did not run (opt level or disabled)"
     blocked = [c for c in optimized.calls() if c.op == "conv2d_nchwc"]
-    direct = {c.name: (why_direct(c, keep_direct) if ran else None) or not_run for c in blocked}
-    return {"winograd": winograd, "direct": direct}
+    direct = {c.name: (why_direct(c, keep_direct, winograd) if ran else None) or not_run for c in blocked}
+    return {"winograd": winograd_tiles, "direct": direct}

@@ -233,3 +233,29 @@ def test_small_planes_stay_direct_when_the_weights_cost_more_than_the_multiplica
             (c,) = [c for c in out.calls() if c.op == "conv2d_nchwc"]
             assert "FLOPs per byte" in algorithm_report(out, ran=True)["direct"]["c"]
             assert "7x7 output" in (why_direct(c) or "")
+
+
+def test_a_conv_only_the_cost_rule_keeps_direct_is_a_candidate_that_measurements_can_make_winograd() -> None:
+    """The cost rule weighs the CPU's arithmetic against its memory, which differs between CPUs: a
+    conv it alone keeps direct is a Winograd candidate (tuning measures both kernels), and when
+    measurements name it, the pass makes it Winograd, saying why. The structural rules (stride,
+    kernel size, channels, plane) are not the measurements' to overrule."""
+    from compiler.graph.passes.conv_algorithm import MEASURED_WINOGRAD, winograd_candidates
+
+    x = var("x", 1, 64, 7, 7)
+    small = conv(x, 64, name="small")  # 7x7: too few tiles for the weights' bytes
+    strided = conv(small, 64, name="strided", strides=(2, 2))
+    g = blocked(strided, inputs=[x])
+    assert winograd_candidates(g) == {"small"}
+    assert "conv2d_winograd_nchwc" not in ops(choose_conv_algorithm(g))
+    out = choose_conv_algorithm(g, winograd=frozenset({"small", "strided"}))
+    (wino,) = [c for c in out.calls() if c.op == "conv2d_winograd_nchwc"]
+    assert wino.name == "small" and wino.attr("tile") == 2
+    report = algorithm_report(out, ran=True, winograd=frozenset({"small", "strided"}))
+    assert report["winograd"] == {"small": f"F(2x2, 3x3): {MEASURED_WINOGRAD}"}
+    assert report["direct"] == {"strided": "strided"}
+    # measured faster direct wins over the candidate list (a conv is never named in both)
+    assert why_direct(
+        next(c for c in g.calls() if c.name == "small"), frozenset({"small"}), frozenset({"small"})
+    )
+    check_pass(g, choose_conv_algorithm(g, winograd=frozenset({"small"})), atol=1e-4)
