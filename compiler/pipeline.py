@@ -29,7 +29,7 @@ from compiler.graph.ir import Call, Const, Graph
 from compiler.graph.passes import Group, PassContext, check_disabled, graph_passes, partition_pass
 from compiler.graph.passes.alter_layout import layout_report
 from compiler.graph.passes.conv_algorithm import algorithm_report, winograd_candidates
-from compiler.graph.passes.fuse import print_fused
+from compiler.graph.passes.fuse import print_fused, view_offset
 from compiler.graph.printer import print_graph
 from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernels, lower_group
 from compiler.limits import DEFAULT_LIMITS, Limits
@@ -96,7 +96,9 @@ class Frontier:
     passes: list[str]
     fused: Graph
     kernels: list[KernelGroup]  # the fused calls that become kernels, in execution order
-    aliases: list[Call]  # fused calls that only reshape (no kernel: their output aliases their input)
+    # fused calls that only view their input (reshapes, contiguous slices): no kernel, their output
+    # is a view of their input's memory (fuse.view_offset)
+    aliases: list[Call]
     direct_convs: frozenset[str] = frozenset()  # convs kept direct because tuning measured them faster
     winograd_convs: frozenset[str] = frozenset()  # convs run as Winograd because tuning measured so
     onnx_nodes: Mapping[str, str] = field(default_factory=dict)  # ONNX node name -> op type (all nodes)
@@ -363,8 +365,7 @@ def run_stages(b: Build, until: str = STAGES[-1]) -> Build:
 
 
 def _is_alias(call: Call) -> bool:
-    group = call.attr("group")
-    return all(n.op == "reshape" for n in group.body.calls())
+    return view_offset(call.attr("group")) is not None
 
 
 def build_frontier(

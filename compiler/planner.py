@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from compiler.graph.ir import Call, Const, Expr, Graph
+from compiler.graph.passes.fuse import view_offset
 from compiler.kernels import Kernel
 from compiler.tensor_type import raw_bytes
 from compiler.tir.ir import Layout
@@ -60,6 +61,12 @@ class _Buf:
         return d
 
 
+def _offset_in_root(buf: _Buf) -> int:
+    """Where a buffer starts in the buffer with memory of its own that it views (an alias names that
+    buffer directly, so only its own offset counts)."""
+    return (buf.offset or 0) if buf.kind == "alias" else 0
+
+
 class _Workspace:
     """First-fit allocator over [offset, offset+size) intervals."""
 
@@ -83,7 +90,8 @@ class _Workspace:
 
 
 def make_plan(fused: Graph, kernels: Mapping[Call, Kernel | None]) -> tuple[dict[str, Any], bytes]:
-    """kernels: fused call -> its Kernel, or None for a pure reshape (an alias, no call). Graph nodes
+    """kernels: fused call -> its Kernel, or None for a view of its input (an alias at a byte offset
+    into the buffer it views, fuse.view_offset; no call). Graph nodes
     compare by identity, so they key the maps here."""
     bufs: list[_Buf] = []
     of_node: dict[Expr, int] = {}
@@ -135,7 +143,15 @@ def make_plan(fused: Graph, kernels: Mapping[Call, Kernel | None]) -> tuple[dict
                 arg_ids.append(of_node[a])
         names = out_names.get(node)
         if k is None and not names:
-            of_node[node] = new(node.type.shape, node.type.dtype, "alias", alias_of=root(arg_ids[0]))
+            offset = view_offset(node.attr("group"))
+            assert offset is not None, f"{node.name} has no kernel but is not a view of its input"
+            of_node[node] = new(
+                node.type.shape,
+                node.type.dtype,
+                "alias",
+                alias_of=root(arg_ids[0]),
+                offset=(_offset_in_root(bufs[arg_ids[0]]) + offset) or None,
+            )
             continue
         if names:
             oid = new(node.type.shape, node.type.dtype, "output", name=names[0])

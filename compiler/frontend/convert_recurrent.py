@@ -2,8 +2,9 @@
 
 The graph IR has no loops and every shape is static, so a sequence of T steps becomes T copies of
 one step's graph ops, chained by the hidden (and, for LSTM, cell) state. The input's share of every
-gate is one matmul over the whole sequence, done before the recurrence (X W^T plus the biases that
-do not depend on the state); each step adds its recurrent product H R^T and applies the gates. A
+gate is computed for the whole sequence before the recurrence (X W^T plus the biases that do not
+depend on the state: one matmul, two for GRU, see PROJECTIONS); each step reads its rows of it in
+place, adds its recurrent product H R^T and applies the gates. A
 reverse direction takes the steps last to first; Y holds every step's hidden state at its time
 position. The steps a model's recurrences unroll in all are bounded by `Limits.recurrence_steps`.
 """
@@ -27,6 +28,10 @@ DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("S
 ACTIVATIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
 """The activations a step may use (ONNX name -> graph op); the parametrised ones are refused."""
 DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+PROJECTIONS = {"RNN": ((0, 1),), "GRU": ((0, 2), (2, 1)), "LSTM": ((0, 4),)}
+"""The input projections of a step, as (first gate block, blocks): one of every gate, but for GRU
+one of z and r and one of h, which the step uses apart (so each step's share of each is a
+contiguous run of rows, read in place)."""
 
 
 def _check(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
@@ -80,6 +85,14 @@ class _Direction:
             )
         return cls(ctx, hidden, activations, recurrent, state_bias, blocks)
 
+    def projection(self, projected: Expr, t: int) -> Expr:
+        """Step t of an input projection [steps, batch, width] as [batch, width]: one contiguous run
+        of its rows, which the compiled model reads in place (a view, no kernel), so every step's
+        kernels are the same workload, compiled once."""
+        _, batch, width = projected.type.shape
+        taken = emit_slice(self.ctx, projected, {0: (t, t + 1, 1)})
+        return self.ctx.emit("reshape", [taken], shape=(batch, width))
+
     def gate(self, z: Expr, k: int, count: int = 1) -> Expr:
         """Gate block k (count blocks) of a [batch, gates * hidden] value."""
         return emit_slice(self.ctx, z, {1: (k * self.hidden, (k + count) * self.hidden, 1)})
@@ -87,13 +100,15 @@ class _Direction:
     def act(self, which: int, z: Expr) -> Expr:
         return self.ctx.emit(self.activations[which], [z])
 
-    def step(self, xt: Expr, h: Expr, c: Expr) -> tuple[Expr, Expr]:
-        """The next (hidden, cell) state from this step's input projection `xt` [batch, gates * hidden]."""
+    def step(self, projected: Sequence[Expr], t: int, h: Expr, c: Expr) -> tuple[Expr, Expr]:
+        """The next (hidden, cell) state at time step t of the input projections [steps, batch, width]
+        (`PROJECTIONS`: every gate's, or GRU's z and r, then its h)."""
         emit, op = self.ctx.emit, self.ctx.op_type
+        if op == "GRU":
+            return self._gru(projected, t, h), c
+        xt = self.projection(projected[0], t)
         if op == "RNN":
             return self.act(0, emit("add", [xt, emit("matmul", [h, self.recurrent[0]])])), c
-        if op == "GRU":
-            return self._gru(xt, h), c
         z = emit("add", [xt, emit("matmul", [h, self.recurrent[0]])])
         i, o, f, candidate = (self.gate(z, k) for k in range(4))
         if self.peepholes:
@@ -105,17 +120,17 @@ class _Direction:
             o = emit("add", [o, emit("mul", [self.peepholes[1], cell])])
         return emit("mul", [self.act(0, o), self.act(2, cell)]), cell
 
-    def _gru(self, xt: Expr, h: Expr) -> Expr:
+    def _gru(self, projected: Sequence[Expr], t: int, h: Expr) -> Expr:
         emit = self.ctx.emit
         rt_zr, rt_h = self.recurrent
-        zr = emit("add", [self.gate(xt, 0, 2), emit("matmul", [h, rt_zr])])
+        zr = emit("add", [self.projection(projected[0], t), emit("matmul", [h, rt_zr])])
         update, reset = self.act(0, self.gate(zr, 0)), self.act(0, self.gate(zr, 1))
         assert self.state_bias is not None
         if self.ctx.attr("linear_before_reset", 0):
             recurrent = emit("mul", [reset, emit("add", [emit("matmul", [h, rt_h]), self.state_bias])])
         else:
             recurrent = emit("add", [emit("matmul", [emit("mul", [reset, h]), rt_h]), self.state_bias])
-        candidate = self.act(1, emit("add", [self.gate(xt, 2), recurrent]))
+        candidate = self.act(1, emit("add", [self.projection(projected[1], t), recurrent]))
         # (1 - z) * candidate + z * h
         return emit("add", [candidate, emit("mul", [update, emit("sub", [h, candidate])])])
 
@@ -214,8 +229,13 @@ def _recurrent(ctx: NodeContext) -> Sequence[Expr | None]:
     for d, activations in enumerate(_activations(ctx, directions)):
         projection_bias, state_bias = _biases(ctx, bias, d, gates, hidden)
         wt = ctx.emit("transpose", [_pick(ctx, w, d)], perm=(1, 0))
-        projected = ctx.emit("add", [ctx.emit("matmul", [flat, wt]), projection_bias])
-        projected = ctx.emit("reshape", [projected], shape=(steps, batch, gates * hidden))
+        projected = []
+        for k, count in PROJECTIONS[op]:
+            span = (k * hidden, (k + count) * hidden, 1)
+            part_wt = wt if count == gates else emit_slice(ctx, wt, {1: span})
+            part_bias = projection_bias if count == gates else emit_slice(ctx, projection_bias, {0: span})
+            product = ctx.emit("add", [ctx.emit("matmul", [flat, part_wt]), part_bias])
+            projected.append(ctx.emit("reshape", [product], shape=(steps, batch, count * hidden)))
         peepholes = ctx.optional(7) if op == "LSTM" else None
         part = _Direction.of(
             ctx,
@@ -231,10 +251,7 @@ def _recurrent(ctx: NodeContext) -> Sequence[Expr | None]:
         backwards = direction == "reverse" or d == 1
         hs: dict[int, Expr] = {}
         for t in reversed(range(steps)) if backwards else range(steps):
-            xt = ctx.emit(
-                "reshape", [emit_slice(ctx, projected, {0: (t, t + 1, 1)})], shape=(batch, gates * hidden)
-            )
-            h, c = part.step(xt, h, c)
+            h, c = part.step(projected, t, h, c)
             hs[t] = ctx.emit("reshape", [h], shape=(1, 1, batch, hidden))
         ys.append(ctx.emit("concat", [hs[t] for t in range(steps)], axis=0) if steps > 1 else hs[0])
         finals.append(ctx.emit("reshape", [h], shape=(1, batch, hidden)))

@@ -108,6 +108,24 @@ def _slice(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return np.array(a[0][index], order="C")
 
 
+def contiguous_slice_offset(shape: Sequence[int], attrs: dict[str, Any]) -> int | None:
+    """The element offset in x of a slice that is one contiguous run of x's row-major elements (so
+    that it can be a view of x: leading axes taken at one index, then one axis taken as a range with
+    step 1, the rest whole); None for any other slice."""
+    starts, ends, steps = (ints_attr(attrs, k, len(shape)) for k in ("starts", "ends", "steps"))
+    offset, stride, partial = 0, 1, False
+    for dim, start, end, step in reversed(list(zip(shape, starts, ends, steps, strict=True))):
+        n = slice_len(start, end, step)
+        if partial and n != 1:
+            return None  # an axis before a partial one must be a single index
+        if n != 1 and step != 1:
+            return None
+        offset += start * stride
+        partial = partial or n != dim
+        stride *= dim
+    return offset
+
+
 def _gather_infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
     expect_args("gather", types, 2)
     data, indices = types

@@ -98,3 +98,26 @@ def test_lrn_of_any_size_and_rank_matches_its_definition(shape: tuple[int, ...],
     model, feeds = single_op("LRN", {"x": x}, {}, size=size, alpha=0.2, beta=0.7, bias=1.5)
     (got,) = compile_and_run(model, feeds, tmp_path).values()
     np.testing.assert_allclose(got, lrn_reference(x, size, 0.2, 0.7, 1.5), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "per_step"), [("LSTM_reverse", 3), ("GRU_bidirectional_lbr0", 3), ("GRU_bidirectional_lbr1", 2)]
+)
+def test_a_recurrent_step_is_few_kernels(name: str, per_step: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A time step's gates are one kernel with what they read (slices of the step's product and of
+    the input's projection are read in place, never copied first): an LSTM step is its recurrent
+    matmul (the step's projection added in its epilogue), its cell and its hidden state; a GRU step
+    its two matmuls, the gates in their epilogues (and, when the reset comes before the product, the
+    reset state). Every step of every direction counts; the few kernels around the steps are the
+    projection and the outputs."""
+    model, feeds = CASES[name]()
+    steps = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+    directions = 2 if "bidirectional" in name else 1
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    kernels = [k["name"] for k in compiled.manifest["kernels"]]
+    assert len(kernels) <= per_step * steps * directions + 3 * directions + 2, kernels
+    compiled.save(tmp_path / "m.temper")
+    module = compiler.runtime.load(tmp_path / "m.temper")
+    got = module.run({k: np.asarray(v) for k, v in feeds.items() if k in {i.name for i in module.inputs}})
+    for key, want in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[key], want, atol=1e-4, rtol=1e-4, err_msg=key)

@@ -259,3 +259,64 @@ def test_kernels_prefetch_their_weights_ahead() -> None:
     assert streamed and all(
         p["weight"].startswith("p") and p["loop"] and p["lead_bytes"] > 0 for p in streamed
     )
+
+
+def test_a_slice_of_one_contiguous_run_is_a_view_not_a_kernel(tmp_path: Path) -> None:
+    """Rows of a row-major tensor are one run of its memory: the slice feeding a matmul is a view at
+    their byte offset (no kernel, no copy), as a reshape is a view at offset 0; columns are not one
+    run, so that slice is computed. Both matmuls see the right operands."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import compiler.runtime
+    from compiler.ops.transform import contiguous_slice_offset
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 5)).astype(np.float32)
+    v = rng.standard_normal((2, 5)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(v, "v"),
+        *(numpy_helper.from_array(np.array(a, np.int64), n) for n, a in
+          (("r0", [2]), ("r1", [4]), ("c0", [3]), ("c1", [5]), ("ax0", [0]), ("ax1", [1]))),
+    ]  # fmt: skip
+    nodes = [
+        helper.make_node("Slice", ["x", "r0", "r1", "ax0"], ["rows"], name="rows"),
+        helper.make_node("MatMul", ["rows", "w"], ["a"], name="mm_rows"),
+        helper.make_node("Slice", ["x", "c0", "c1", "ax1"], ["cols"], name="cols"),
+        helper.make_node("MatMul", ["cols", "v"], ["b"], name="mm_cols"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2 if n == "a" else 4, 5]) for n in ("a", "b")],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    names = [k["name"] for k in compiled.manifest["kernels"]]
+    views = [b for b in compiled.plan["buffers"] if b["kind"] == "alias" and b.get("offset")]
+    assert [b["offset"] for b in views] == [2 * 8 * 4]  # rows 2.. of float32 rows of 8
+    assert sum(n.startswith("fused_slice") for n in names) == 1  # the columns' copy
+    compiled.save(tmp_path / "m.temper")
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    got = compiler.runtime.load(tmp_path / "m.temper").run({"x": x})
+    np.testing.assert_allclose(got["a"], x[2:4] @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["b"], x[:, 3:5] @ v, rtol=1e-5, atol=1e-5)
+    # which slices are one run: leading axes at one index, then a range, then whole axes
+    attrs = {"starts": (1, 0, 0), "ends": (2, 3, 4), "steps": (1, 1, 1), "axes": (0, 1, 2)}
+    assert contiguous_slice_offset((3, 3, 4), attrs) == 12
+    assert contiguous_slice_offset((3, 3, 4), {**attrs, "starts": (1, 1, 0)}) == 16
+    assert (
+        contiguous_slice_offset((3, 3, 4), {**attrs, "starts": (0, 1, 0)}) is None
+    )  # 2 blocks, part of each
+    assert contiguous_slice_offset((3, 3, 4), {**attrs, "starts": (1, 2, 0), "ends": (2, 3, 4)}) == 20
+    assert contiguous_slice_offset((3, 3, 4), {**attrs, "ends": (2, 3, 2)}) is None  # part of each row
+    assert (
+        contiguous_slice_offset(
+            (3, 3, 4), {**attrs, "starts": (0, 0, 0), "ends": (3, 3, 4), "steps": (2, 1, 1)}
+        )
+        is None
+    )

@@ -13,6 +13,18 @@ Rules (with fuse=True; fuse=False makes every op its own group):
   group becomes a group of its own (an alias: a view of the same memory, no kernel), so the
   group's kernel runs over its own shape (over the reshape's, every index of its chain would be
   rebuilt with a division and a remainder per merged or split axis);
+- an ELEMWISE/BROADCAST op that joins a group also takes in the groups of its other operands that
+  hold no anchor/reduction, end in that operand (no other user) and have its shape: the gates of a
+  recurrent step (sigmoid(i) * tanh(c) + sigmoid(f) * c, each gate a slice of one product) become
+  one kernel, not one per gate, and a slice of the input's projection added to a recurrent matmul
+  is read in the matmul's epilogue, not copied by a kernel of its own. Each op taken in still
+  computes once per output point (a group of another shape, broadcast, is not taken in). An anchor's
+  group takes in only elementwise ops and slices (`EPILOGUE_INJECTIVE`), which read a secondary
+  input along the anchor's vectors; a transpose or layout transform there would turn the
+  epilogue's vector reads into gathers, and a reshape its indices into divisions. A group
+  that only views its input (`view_offset`: reshapes and slices of one contiguous run, such as a
+  recurrent step's rows of the input's projection) is not taken in: it is no kernel at all, and
+  taken in, its offset would make every step's kernel a workload of its own;
 - a group never holds two anchors/reductions; secondary inputs (residual, bias) become extra params;
 - a group holds at most MAX_GROUP_OPS ops: a kernel's loop nest inlines its whole chain into one
   expression, and a chain of thousands would make every later stage (scheduling, codegen) slow and
@@ -29,14 +41,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from compiler.graph.ir import Call, Expr, Graph, Var, users
 from compiler.graph.printer import const_names, format_function
 from compiler.ops import registry
 from compiler.ops.registry import Pattern
+from compiler.ops.transform import contiguous_slice_offset
 
 _MAX_NAME_OPS = 6
 MAX_GROUP_OPS = 32
 MAX_DIAMOND_OPS = 16  # a diamond's ops between its producer and the op where its branches meet
+EPILOGUE_INJECTIVE = frozenset({"slice"})  # the injective ops an anchor's group may take in
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -84,6 +100,64 @@ def _target_group(
         return None
     with_anchor = [g for g in choices if groups[g].anchor is not None]
     return (with_anchor or choices)[0]
+
+
+def _absorbable(
+    call: Call, target: int, groups: list[_Building], group_of: dict[int, int], single_use: dict[int, bool]
+) -> list[int]:
+    """The groups of `call`'s other operands that join `target` with it (see the module docstring:
+    anchor-free groups ending in a single-use operand of the call's shape, while there is room)."""
+    if _pattern(call) > Pattern.BROADCAST:
+        return []
+    size = len(groups[target].members) + 1
+    taken: list[int] = []
+    for arg in call.args:
+        if not isinstance(arg, Call) or not single_use.get(id(arg), False):
+            continue
+        if arg.type.shape != call.type.shape:
+            continue
+        g = group_of[id(arg)]
+        building = groups[g]
+        if g == target or g in taken or building.anchor is not None or building.members[-1] is not arg:
+            continue
+        if _views(building.members) is not None:
+            continue
+        if groups[target].anchor is not None and not all(_epilogue_op(m) for m in building.members):
+            continue
+        if size + len(building.members) > MAX_GROUP_OPS:
+            continue
+        size += len(building.members)
+        taken.append(g)
+    return taken
+
+
+def _epilogue_op(call: Call) -> bool:
+    return _pattern(call) <= Pattern.BROADCAST or call.op in EPILOGUE_INJECTIVE
+
+
+def _views(members: list[Call]) -> int | None:
+    """The element offset into its input of a chain of reshapes and contiguous slices (each member
+    reading the one before it), None when a member computes anything."""
+    offset = 0
+    for member in members:
+        if member.op == "slice":
+            own = contiguous_slice_offset(member.args[0].type.shape, member.attr_dict)
+            if own is None:
+                return None
+            offset += own
+        elif member.op != "reshape":
+            return None
+    return offset
+
+
+def view_offset(group: Group) -> int | None:
+    """The byte offset into its one input at which a group that only views it starts (its reshapes
+    and slices of one contiguous run need no kernel: the output is that run of the input's memory);
+    None when the group computes anything."""
+    if len(group.params) != 1:
+        return None
+    offset = _views(group.body.calls())
+    return None if offset is None else offset * np.dtype(group.params[0].type.dtype).itemsize
 
 
 def _trailing_reshape(building: _Building) -> Call | None:
@@ -169,8 +243,14 @@ def partition(graph: Graph, fuse: bool = True) -> Graph:
             groups.append(_Building([call], call if is_anchor else None))
             target = len(groups) - 1
         else:
+            for g in _absorbable(call, target, groups, group_of, single_use) if fuse else ():
+                for member in groups[g].members:
+                    group_of[id(member)] = target
+                groups[target].members.extend(groups[g].members)
+                groups[g].members = []
             groups[target].members.append(call)
         group_of[id(call)] = target
+    groups = [b for b in groups if b.members]
     for building in list(groups):
         reshape = _trailing_reshape(building)
         if reshape is not None:

@@ -203,13 +203,60 @@ def test_shared_producers_and_outputs_end_groups() -> None:
     g = graph([x], call("add", c, e), d)
     fused = partition(g)
     check_fused(g, fused)
-    # the add joins its first eligible producer's group (neg); tanh's group then ends at tanh
+    # the add joins its first eligible producer's group (neg) and takes in tanh's, which only it reads
     assert sorted(gr.ops for gr in groups_of(fused)) == [
         ["exp"],
-        ["neg", "add"],
+        ["neg", "tanh", "add"],
         ["relu", "sigmoid"],
-        ["tanh"],
     ]
+
+
+def _gate(z, k: int, width: int):  # type: ignore[no-untyped-def]
+    rows = z.type.shape[0]
+    return call("slice", z, starts=(0, k * width), ends=(rows, (k + 1) * width), steps=(1, 1), axes=(0, 1))
+
+
+def test_the_gates_of_a_recurrent_step_are_one_kernel() -> None:
+    """An LSTM step's gates are slices of one product; each elementwise op that meets two gates takes
+    in the other gate's group, so the cell update is one kernel after the matmul, not one per gate."""
+    h, c = var("h", 2, 8), var("c", 2, 8)
+    z = call("matmul", h, const("r", 8, 32))
+    i, o, f, g = (_gate(z, k, 8) for k in range(4))
+    kept = call("mul", call("sigmoid", f), c)
+    cell = call("add", kept, call("mul", call("sigmoid", i), call("tanh", g)))
+    hidden = call("mul", call("sigmoid", o), call("tanh", cell))
+    graph_ = graph([h, c], hidden, cell)
+    fused = partition(graph_)
+    check_fused(graph_, fused)
+    assert sorted(gr.ops for gr in groups_of(fused)) == [
+        ["matmul"],
+        ["slice", "sigmoid", "mul", "slice", "sigmoid", "slice", "tanh", "mul", "add"],
+        ["slice", "sigmoid", "tanh", "mul"],
+    ]
+
+
+def test_only_anchor_free_groups_of_the_same_shape_are_taken_in() -> None:
+    """An epilogue takes in an anchor-free operand's group (a slice of another tensor is read where
+    the epilogue needs it), never a second anchor's; a smaller operand broadcast to the op's shape
+    stays apart (taken in, it would be recomputed at every point it is broadcast to)."""
+    x, y = var("x", 4, 8), var("y", 8)
+    mm = call("matmul", x, const("w", 8, 8))
+    wide = var("wide", 4, 16)
+    part = call("slice", wide, starts=(0, 8), ends=(4, 16), steps=(1, 1), axes=(0, 1))
+    g = graph([x, wide], call("add", call("relu", mm), call("exp", part)))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert [gr.ops for gr in groups_of(fused)] == [["matmul", "relu", "slice", "exp", "add"]]
+    other = call("matmul", x, const("v", 8, 8))
+    g = graph([x], call("add", call("relu", mm), call("exp", other)))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert sorted(gr.ops for gr in groups_of(fused)) == [["matmul", "exp"], ["matmul", "relu", "add"]]
+    g = graph([x, y], call("add", call("exp", x), call("tanh", y)))
+    fused = partition(g)
+    check_fused(g, fused)
+    assert sorted(gr.ops for gr in groups_of(fused)) == [["exp", "add"], ["tanh"]]
+    assert len(groups_of(partition(g, fuse=False))) == 3
 
 
 def test_two_reductions_never_share_a_group() -> None:
