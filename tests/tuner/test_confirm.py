@@ -9,12 +9,20 @@ import onnxruntime as ort
 import pytest
 
 import compiler.runtime
-from compiler.pipeline import CompileOptions, compile_model
+from compiler.pipeline import CompiledModel, CompileOptions, compile_model
 from compiler.target import host_target
 from storage.records import SqlDatabase
 from tests.tuner.test_tune import _run, twin_conv_model
 from tuner.apply import DatabaseSource
-from tuner.confirm import ConfirmError, ConfirmOptions, ConfirmStopped, confirm, finalists, summary
+from tuner.confirm import (
+    Confirmation,
+    ConfirmError,
+    ConfirmOptions,
+    ConfirmStopped,
+    confirm,
+    finalists,
+    summary,
+)
 from tuner.records import TuningRecord, trace_hash
 from tuner.space import default_trace, space_size
 from tuner.task import Task, alternative_tasks, extract_tasks
@@ -136,19 +144,7 @@ def test_a_direct_twin_faster_alone_runs_direct_only_when_the_whole_model_runs_f
     target = host_target()
     twin = next(iter(confirm_module.algorithm_twins(model, CompileOptions(), db, target).values()))
     db.commit_record(replace_secs(twin, 1e-9))  # the twin now runs faster alone than any Winograd kernel
-    timed = confirm_module._timed
-    calls: list[int] = []
-
-    def verdict(artifacts, copts, executor, stop, profile=True):  # type: ignore[no-untyped-def]
-        kernels, runs = timed(artifacts, copts, executor, stop, profile)
-        calls.append(len(artifacts))
-        if len(calls) == 2:  # the picks against the defaults, whole
-            runs = [1.0, 2.0] if picks_faster else [2.0, 1.0]
-        return kernels, runs
-
-    monkeypatch.setattr(confirm_module, "_timed", verdict)
-    tasks = [t for t in extract_tasks(model, CompileOptions()) if t.alternative_of is None]
-    result = confirm(model, CompileOptions(), db, tasks, target)
+    result, calls = _confirmed_with_verdict(model, db, picks_faster, monkeypatch)
     assert result is not None and calls == [1, 2]  # the defaults only in the model, then picks vs defaults
     assert set(result.direct_convs) == {"conv_a", "conv_b"}
     assert summary(result)["direct"] == ["conv_a", "conv_b"]
@@ -161,11 +157,7 @@ def test_a_direct_twin_faster_alone_runs_direct_only_when_the_whole_model_runs_f
         assert algorithms["direct"] == {"conv_a": MEASURED_FASTER, "conv_b": MEASURED_FASTER}
     else:
         assert not algorithms["direct"] and len(algorithms["winograd"]) == 2
-    compiled.save(tmp_path / "m.temper")
-    x = np.random.default_rng(1).standard_normal((1, 32, 12, 12)).astype(np.float32)
-    got = compiler.runtime.load(tmp_path / "m.temper").run({"x": x})["y"]
-    want = ort.InferenceSession(model).run(None, {"x": x})[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    _runs_like_onnxruntime(compiled, model, 12, tmp_path)
 
 
 @pytest.mark.parametrize("picks_faster", [True, False])
@@ -190,19 +182,7 @@ def test_a_winograd_twin_faster_alone_runs_only_when_the_whole_model_runs_faster
     (alternative,) = alternative_tasks(model, CompileOptions())
     assert twin.workload_key == alternative.key and alternative.workload.anchor_op == "conv2d_winograd_nchwc"
     db.commit_record(replace_secs(twin, 1e-9))  # the twin now runs faster alone than the direct kernel
-    timed = confirm_module._timed
-    calls: list[int] = []
-
-    def verdict(artifacts, copts, executor, stop, profile=True):  # type: ignore[no-untyped-def]
-        kernels, runs = timed(artifacts, copts, executor, stop, profile)
-        calls.append(len(artifacts))
-        if len(calls) == 2:  # the picks against the defaults, whole
-            runs = [1.0, 2.0] if picks_faster else [2.0, 1.0]
-        return kernels, runs
-
-    monkeypatch.setattr(confirm_module, "_timed", verdict)
-    tasks = [t for t in extract_tasks(model, CompileOptions()) if t.alternative_of is None]
-    result = confirm(model, CompileOptions(), db, tasks, target)
+    result, calls = _confirmed_with_verdict(model, db, picks_faster, monkeypatch)
     assert result is not None and calls == [1, 2]
     assert set(result.winograd_convs) == {"conv_a", "conv_b"} and not result.direct_convs
     assert summary(result)["winograd"] == ["conv_a", "conv_b"]
@@ -217,8 +197,34 @@ def test_a_winograd_twin_faster_alone_runs_only_when_the_whole_model_runs_faster
         )
     else:
         assert not algorithms["winograd"] and len(algorithms["direct"]) == 2
+    _runs_like_onnxruntime(compiled, model, 7, tmp_path)
+
+
+def _confirmed_with_verdict(
+    model: bytes, db: SqlDatabase, picks_faster: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Confirmation | None, list[int]]:
+    """confirm() over the model's tasks with the kernels timed for real but the whole-model verdict
+    (the picks against the defaults, the second timing) given: (its result, the artifacts per timing)."""
+    import tuner.confirm as confirm_module
+
+    timed = confirm_module._timed
+    calls: list[int] = []
+
+    def verdict(artifacts, copts, executor, stop, profile=True):  # type: ignore[no-untyped-def]
+        kernels, runs = timed(artifacts, copts, executor, stop, profile)
+        calls.append(len(artifacts))
+        if len(calls) == 2:  # the picks against the defaults, whole
+            runs = [1.0, 2.0] if picks_faster else [2.0, 1.0]
+        return kernels, runs
+
+    monkeypatch.setattr(confirm_module, "_timed", verdict)
+    tasks = [t for t in extract_tasks(model, CompileOptions()) if t.alternative_of is None]
+    return confirm(model, CompileOptions(), db, tasks, host_target()), calls
+
+
+def _runs_like_onnxruntime(compiled: CompiledModel, model: bytes, hw: int, tmp_path: Path) -> None:
     compiled.save(tmp_path / "m.temper")
-    x = np.random.default_rng(1).standard_normal((1, 32, 7, 7)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((1, 32, hw, hw)).astype(np.float32)
     got = compiler.runtime.load(tmp_path / "m.temper").run({"x": x})["y"]
     want = ort.InferenceSession(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -16,8 +16,8 @@ Rules (with fuse=True; fuse=False makes every op its own group):
 - an ELEMWISE/BROADCAST op that joins a group also takes in the groups of its other operands that
   hold no anchor/reduction, end in that operand (no other user) and have its shape: the gates of a
   recurrent step (sigmoid(i) * tanh(c) + sigmoid(f) * c, each gate a slice of one product) become
-  one kernel, not one per gate, and a slice of the input's projection added to a recurrent matmul
-  is read in the matmul's epilogue, not copied by a kernel of its own. Each op taken in still
+  one kernel, not one per gate, and a GRU's reset gate (a slice of another product) is computed in
+  the epilogue of the recurrent matmul it scales, not by a kernel of its own. Each op taken in still
   computes once per output point (a group of another shape, broadcast, is not taken in). An anchor's
   group takes in only elementwise ops and slices (`EPILOGUE_INJECTIVE`), which read a secondary
   input along the anchor's vectors; a transpose or layout transform there would turn the
