@@ -71,6 +71,19 @@ _NAMED_FEATURES = {
 # AVX-512 CPUs whose cores start one 512-bit FMA per cycle: Zen 4 runs each as two 256-bit halves and
 # Intel's client cores fuse their two 256-bit FMA ports into one; Zen 5 and Intel's server cores start two
 _ONE_FMA_512 = frozenset({"znver4", "cannonlake", "icelake-client", "tigerlake", "rocketlake"})
+# each core's private L2 by LLVM CPU name (Intel's hybrid parts: their performance cores); a CPU not
+# listed is taken at DEFAULT_L2_BYTES, the smallest of the x86 server cores temper runs on
+_L2_KIB = {
+    **dict.fromkeys(("haswell", "broadwell", "skylake", "sandybridge", "ivybridge", "nehalem"), 256),
+    **dict.fromkeys(
+        ("znver1", "znver2", "znver3", "bdver4", "icelake-client", "cannonlake", "rocketlake"), 512
+    ),
+    **dict.fromkeys(("znver4", "znver5", "skylake-avx512", "cascadelake", "cooperlake"), 1024),
+    **dict.fromkeys(("icelake-server", "tigerlake", "alderlake"), 1280),
+    **dict.fromkeys(("sapphirerapids", "emeraldrapids", "graniterapids", "raptorlake", "meteorlake"), 2048),
+    "arrowlake": 3072,
+}
+DEFAULT_L2_BYTES = 512 << 10
 # features only Intel's server cores have: a hypervisor may report such a core by a client model
 # number (LLVM then names it, say, rocketlake), but its features still tell it is a server core
 _SERVER_CORE_FEATURES = ("+amx-tile", "+avx512fp16")
@@ -113,6 +126,13 @@ class Target:
         if self.vector_bits < 512 or self.cpu not in _ONE_FMA_512:
             return 2
         return 2 if any(f in self.enabled_features for f in _SERVER_CORE_FEATURES) else 1
+
+    @property
+    def l2_bytes(self) -> int:
+        """One core's private L2, by CPU name: what a kernel can keep there between the register
+        tiles that re-read it (a named CPU and the host alike, so that both build the same code)."""
+        kib = _L2_KIB.get(self.cpu)
+        return kib << 10 if kib is not None else DEFAULT_L2_BYTES
 
     @property
     def required_features(self) -> list[str]:

@@ -335,6 +335,8 @@ def test_winograd_chunks_and_passes_match_onnxruntime(force: dict[str, Any], til
         ({"plane_tile": True, "nb": 2, "owt": 5}, 3, 1),  # tiles over the plane, across row ends
         ({"plane_tile": True, "nb": 1, "owt": 7}, 3, 2),
         ({"plane_tile": True, "nb": 4, "owt": 3}, 1, 2),
+        ({"plane_tile": True, "nb": 2, "owt": 5, "ic_chunk": 1}, 3, 1),  # plane tiles, chunked sums
+        ({"plane_tile": True, "nb": 1, "owt": 6, "ic_chunk": 1}, 3, 2),
     ],
 )
 def test_blocked_conv_register_tiles_match_onnxruntime(  # type: ignore[no-untyped-def]

@@ -18,6 +18,7 @@ from compiler.ops.conv2d_blocked import (
     depthwise_tile,
     ic_chunk,
     one_block_run,
+    plane_chunk,
     plane_tile,
     register_tile,
 )
@@ -299,13 +300,13 @@ def test_input_footprint_counts_the_lines_a_strided_window_reads(k: int, stride:
     assert input_footprint(blk) == 64 * side * side * 4 // share
 
 
-def _blocked_conv_block(target: str, c: int, oc: int, k: int, hw: int, groups: int = 1):  # type: ignore[no-untyped-def]
+def _blocked_conv_block(target: str, c: int, oc: int, k: int, hw: int, groups: int = 1, stride: int = 1):  # type: ignore[no-untyped-def]
     """The conv block of a blocked conv lowered for `target`."""
     from compiler.tir.rules import block_of
     from compiler.tir.trace import Schedule
 
     options = CompileOptions(target=target, disabled_passes=frozenset({"conv_algorithm"}))
-    fr = frontier_for(_conv_model(c, oc, k, groups=groups, hw=hw), options, None)
+    fr = frontier_for(_conv_model(c, oc, k, groups=groups, hw=hw, stride=stride), options, None)
     (w,) = [g.workload for g in fr.kernels if g.workload.anchor_op == "conv2d_nchwc"]
     return block_of(Schedule(w.func), w.info.anchor_block)
 
@@ -363,6 +364,30 @@ def test_small_planes_whose_rows_end_in_narrow_tiles_run_tiles_over_the_plane(
     if tile is not None:
         assert (dec.asked["nb"], dec.asked["owt"]) == tile
         assert "tile_order" not in dec.asked  # the parallel loop runs over channel groups only
+
+
+def test_plane_tiles_whose_group_outgrows_l2_run_the_reduction_in_chunks() -> None:
+    """Every plane tile re-reads its group's weights: where those and the input outgrow the core's
+    L2 (ResNet-50's strided layer4 3x3 conv on a Zen 3's 512 KiB: 288 KiB of weights per group
+    beside a 512 KiB padded input), the reduction runs in chunks whose weights fit the L1 budget.
+    Its stride-1 twin (a 162 KiB input) fits there and keeps one pass, as does the strided one on
+    a Zen 4's 1 MiB (a group of one 16-lane block), and convs of fewer channels; a 256 KiB L2
+    (Haswell) chunks both."""
+    from compiler.ops.conv2d_blocked import CHUNK_WEIGHT_BYTES
+
+    zen3, zen4 = parse_target("znver3"), parse_target("znver4")
+    assert (zen3.l2_bytes, zen4.l2_bytes, parse_target("haswell").l2_bytes) == (512 << 10, 1 << 20, 256 << 10)
+    strided = _blocked_conv_block("znver3", 512, 512, 3, 14, stride=2)
+    chunk = plane_chunk(zen3, strided, 2)
+    assert 0 < chunk < 64 and 64 % chunk == 0
+    assert chunk * 2 * 8 * 8 * 9 * 4 <= CHUNK_WEIGHT_BYTES
+    assert plane_chunk(zen3, _blocked_conv_block("znver3", 512, 512, 3, 7), 2) == 0
+    assert plane_chunk(zen4, _blocked_conv_block("znver4", 512, 512, 3, 14, stride=2), 1) == 0  # 16 lanes
+    assert plane_chunk(zen3, _blocked_conv_block("znver3", 96, 96, 3, 7), 2) == 0
+    w = _conv_workload(_conv_model(c=512, oc=512, k=3, hw=7), {"conv_algorithm"})  # haswell
+    dec = _Record()
+    choose_rule(w, dec)
+    assert dec.asked["plane_tile"] and dec.asked["ic_chunk"] > 0
 
 
 def test_one_block_avx512_tiles_keep_their_rows() -> None:
