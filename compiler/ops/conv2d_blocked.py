@@ -31,7 +31,7 @@ from compiler.ops.conv2d import (
 )
 from compiler.ops.layout import to_blocked, to_planar
 from compiler.ops.registry import OpDef, Pattern, register
-from compiler.target import Target
+from compiler.target import DEFAULT_L2_BYTES, Target
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Block, Buffer, Expr, IntImm, IterVar, Layout, Load, substitute, walk_expr
@@ -274,9 +274,9 @@ def pad_per_row(sch: Schedule, pad: str, row_loop: str, target: Target) -> bool:
     return True
 
 
-# the private cache an operand re-read by every tile must fit to be re-read from it: the smallest L2
-# of the x86 cores targeted (512 KiB on Zen 2/3; 1-2 MiB on Zen 4 and recent Intel cores)
-L2_BYTES = 512 << 10
+# the private cache an operand re-read by every tile must fit to be re-read from it, where a rule
+# does not ask the target for its own: the smallest L2 of the x86 cores targeted
+L2_BYTES = DEFAULT_L2_BYTES
 
 
 def _operands(blk: Block) -> tuple[Buffer, Buffer]:
@@ -391,8 +391,7 @@ def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
     long_in_channels = weights >= MIN_WEIGHTS_PER_SUM * plane and per_block <= CHUNK_WEIGHT_BYTES
     if plane > L1_BYTES and weights < L2_BYTES and not long_in_channels:
         return 0
-    fits = [d for d in range(1, icb) if icb % d == 0 and d * per_block <= CHUNK_WEIGHT_BYTES]
-    return max(fits, default=1)
+    return _chunk_for_l1(icb, per_block)
 
 
 def plane_chunk(target: Target, blk: Block, nb: int) -> int:
@@ -414,6 +413,12 @@ def plane_chunk(target: Target, blk: Block, nb: int) -> int:
     per_block = nb * ob * ib * kh * kw * 4
     if not dense or icb < 2 or per_block * icb + input_footprint(blk) <= target.l2_bytes:
         return 0
+    return _chunk_for_l1(icb, per_block)
+
+
+def _chunk_for_l1(icb: int, per_block: int) -> int:
+    """The most input blocks (a divisor of `icb`, below it) whose weights, `per_block` bytes each,
+    fit CHUNK_WEIGHT_BYTES; 1 when even one block's do not."""
     fits = [d for d in range(1, icb) if icb % d == 0 and d * per_block <= CHUNK_WEIGHT_BYTES]
     return max(fits, default=1)
 
