@@ -6,6 +6,7 @@ parallel when there is enough input)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -154,7 +155,7 @@ def _blocked_pool_model() -> bytes:
 
 @pytest.mark.parametrize(("shape", "axis"), [((2, 12, 37, 197), -1), ((3, 5, 130), 2), ((4, 50, 9), 1)])
 def test_softmax_rows_run_their_exponentials_as_vectors(
-    shape: tuple[int, ...], axis: int, tmp_path  # type: ignore[no-untyped-def]
+    shape: tuple[int, ...], axis: int, tmp_path: Path
 ) -> None:
     """The generic schedule gives a softmax over the last axis its exponentials as (masked) vectors;
     any axis matches onnxruntime."""

@@ -571,7 +571,6 @@ def test_explain_endpoint_and_its_errors(
     assert_error(http.get(path, headers=headers, params={"target": "pentium9000"}), 422, "compile_error")
 
 
-
 def test_ir_stages_and_their_errors(
     http: httpx.Client, keys: dict[str, str], alice_model: dict[str, Any]
 ) -> None:
