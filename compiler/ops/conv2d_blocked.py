@@ -170,7 +170,7 @@ def tile_cycles(width: int, owt: int, per_col: int) -> float:
 
 
 def register_tile(
-    target: Target, blocks: int, block: int, ow: int, *, whole_rows: bool = False
+    target: Target, blocks: int, block: int, ow: int, *, whole_rows: bool = False, sizes: Sequence[int] = ()
 ) -> tuple[int, int]:
     """(channel blocks, output columns) of a register tile.
 
@@ -185,13 +185,14 @@ def register_tile(
     and weights of a deep reduction come from L2), then to a tile without a tail, then to the larger
     tile (less loop and store overhead). With `whole_rows`, a tile without a tail comes before the
     bytes: the tail's run reloads the tile's weight vectors for a few columns (see
-    block_register_tile for where that is chosen)."""
+    block_register_tile for where that is chosen). `sizes` limits the tile's channel blocks to
+    those counts, which need not divide `blocks` (padded_tile)."""
     regs = target.vector_registers
     vecs = max(1, -(-block // target.lanes()))
     best = (1, 1)
     best_key: tuple[float, ...] = (float("inf"),)
-    for nb in (1, 2, 3, 4):
-        if blocks % nb:
+    for nb in sizes or (1, 2, 3, 4):
+        if blocks % nb and not sizes:
             continue
         per_col = nb * vecs
         max_w = (regs - per_col - 3) // per_col
@@ -451,7 +452,8 @@ def plane_tile(
         return None
     vecs = max(1, -(-block // target.lanes()))
     nb, owt = row_tile
-    rows = oh * tile_cycles(ow, owt, nb * vecs) * _balance(blocks // nb * oh, threads) / nb
+    groups = -(-blocks // nb)  # a padded_tile's last group computes missing blocks too
+    rows = oh * tile_cycles(ow, owt, nb * vecs) * _balance(groups * oh, threads) * groups / blocks
     pnb, powt = register_tile(target, blocks, block, oh * ow)
     if pnb * block * oh * ow * 4 > MAX_PLANE_SUM_BYTES:
         return None
@@ -504,6 +506,43 @@ def one_block_run(ow: int) -> int:
     return min(range(1, min(ow, _FMA_IN_FLIGHT) + 1), key=key)
 
 
+def padded_sizes(blocks: int) -> tuple[int, ...]:
+    """Channel blocks per tile that a tile over padded blocks may take: 2-4 for a block count that
+    none of them divides (5, 7, 13 blocks), none for the others."""
+    return (2, 3, 4) if blocks > 1 and all(blocks % nb for nb in (2, 3, 4)) else ()
+
+
+def padded_tile(
+    target: Target, blocks: int, block: int, oh: int, ow: int, threads: int
+) -> tuple[int, int] | None:
+    """(channel blocks, columns) of a register tile of several blocks over a block count none of
+    2-4 divides (80, 112 or 208 channels in 16-lane blocks, 40 or 1000 in 8-lane ones); None for
+    other counts and where one-block tiles are the rule (one_block_tiles).
+
+    register_tile gives such a count one-block tiles: each FMA then loads its own input operand,
+    and those tiles measured slower than the multi-block tiles of the next larger count (672 -> 112
+    channels ran longer than 672 -> 128). Instead the tile spans nb blocks and the conv runs
+    ceil(blocks / nb) groups, the last group's missing blocks multiplying zeros: the packed weight
+    is padded to whole groups, and a tile's accumulators are registers whose split guard is dropped
+    (compiler/tir/flatten.py, relax_predicates), so only the epilogue's stores stay guarded. Of
+    nb = 2-4, the fewest cycles over the padded groups' rows, as the threads share them."""
+    sizes = padded_sizes(blocks)
+    if not sizes or one_block_tiles(target, block):
+        return None
+    vecs = max(1, -(-block // target.lanes()))
+    best: tuple[int, int] | None = None
+    best_cost = math.inf
+    for nb in sizes:
+        groups = -(-blocks // nb)
+        _, owt = register_tile(
+            target, groups * nb, block, ow, whole_rows=target.vector_bits >= 512, sizes=(nb,)
+        )
+        cost = groups * oh * tile_cycles(ow, owt, nb * vecs) * _balance(groups * oh, threads)
+        if cost < best_cost:
+            best, best_cost = (nb, owt), cost
+    return best
+
+
 def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     """Dense and grouped convs: a register tile of (channel blocks x output columns) accumulates
     over (input blocks, kh, kw, input lanes), one broadcast input value times one weight vector
@@ -515,14 +554,17 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     extents = [iv.extent for iv in nest.blk.iter_vars]
     oh, ow = extents[2], extents[3]
     threads = info.target.cores if nest.threads else 1
-    row_tile = block_register_tile(info.target, extents[1], extents[4], ow)
+    row_tile = padded_tile(info.target, extents[1], extents[4], oh, ow, threads) or block_register_tile(
+        info.target, extents[1], extents[4], ow
+    )
     plane0 = plane_tile(info.target, extents[1], extents[4], oh, ow, row_tile, threads)
     sums = extents[4] * oh * ow * 4  # the plane's partial sums per channel block
     planes = [False, True] if oh > 1 and sums <= MAX_PLANE_SUM_BYTES else [False]
     plane = sch.decide("plane_tile", planes, plane0 is not None)
     nb0, owt0 = plane0 if plane and plane0 else row_tile
     width = oh * ow if plane else ow
-    nb = sch.decide("nb", [d for d in (1, 2, 3, 4) if extents[1] % d == 0], nb0)
+    sizes = [d for d in (1, 2, 3, 4) if extents[1] % d == 0 or d in padded_sizes(extents[1])]
+    nb = sch.decide("nb", sizes, nb0)
     owt = sch.decide("owt", list(range(1, min(width, 28) + 1)), owt0 if nb == nb0 else 1)
     ocbo, ocbi = sch.split(locb, [None, nb])
     icb = extents[5]
@@ -532,7 +574,7 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
         _plane_tiles(sch, nest, [ocbo, ocbi], nb, owt, chunk)
         return
     owo, owi = sch.split(low, [None, owt])
-    order0 = tile_order(nest.blk, extents[1] // nb, info.target.cores if nest.threads else 1)
+    order0 = tile_order(nest.blk, -(-extents[1] // nb), info.target.cores if nest.threads else 1)
     chunk0 = ic_chunk(info.target, nest.blk, nb, owt)
     chunk = sch.decide("ic_chunk", chunks, chunk0)
     if chunk:

@@ -105,10 +105,63 @@ def relax_predicates(s: Stmt, ranges: dict[Var, int] | None = None) -> Stmt:
         )
     if isinstance(s, Block) and s.predicate is not None:
         mapping = {iv.var: b for iv, b in zip(s.iter_vars, s.bindings, strict=True)}
-        parts = [s.body] + ([s.init] if s.init is not None else [])
-        if all(_in_bounds(substitute_stmt(p, mapping), ranges) for p in parts):
+        parts = [substitute_stmt(p, mapping) for p in [s.body] + ([s.init] if s.init is not None else [])]
+        if all(_in_bounds(p, ranges) for p in parts):
             return Block(s.name, s.iter_vars, s.bindings, s.body, s.init, None)
+        kept = _needed_conjuncts(s.predicate, parts, ranges)
+        if len(kept) < len(_conjuncts(s.predicate)):
+            pred = None
+            for k in kept:
+                pred = k if pred is None else BinOp("and", pred, k)
+            return Block(s.name, s.iter_vars, s.bindings, s.body, s.init, pred)
     return s
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if isinstance(e, BinOp) and e.op == "and":
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def _vars(e: Expr) -> set[Var]:
+    return {x for x in walk_expr(e) if isinstance(x, Var)}
+
+
+def _needed_conjuncts(pred: Expr, parts: list[Stmt], ranges: dict[Var, int]) -> list[Expr]:
+    """The conjuncts of the predicate of a block that only writes a register tile that it needs.
+
+    Two non-dividing splits guard one block with one conjunction: a tile of channel blocks over a
+    padded last group (`ocb_0 * 3 + ocb_1 < 5`, the reads of a zero-padded packed weight in bounds
+    everywhere) and a row's last, partial tile of columns (`ow_0 * 4 + ow_1 < 15`, whose input reads
+    past the row end would leave the buffer). A conjunct can go when its variables appear in no other
+    conjunct (the iterations it admits are then the other conjuncts' times its own variables' whole
+    ranges) and every index of a read that its variables take part in stays in bounds over those
+    ranges (the other indices take the same values as under the guard)."""
+    stmts = [x for p in parts for x in walk_stmts(p)]
+    if any(isinstance(x, Block | For | IfThenElse | Allocate) for x in stmts) or any(
+        isinstance(x, Store) and x.buffer.scope != "local" for x in stmts
+    ):
+        return _conjuncts(pred)
+    loads = [
+        ld
+        for x in stmts
+        if isinstance(x, Store)
+        for e in (x.value, *x.indices)
+        for ld in walk_expr(e)
+        if isinstance(ld, Load) and ld.buffer.scope != "local"
+    ]
+    kept = _conjuncts(pred)
+    for c in list(kept):
+        own = _vars(c)
+        rest = set().union(*(_vars(k) for k in kept if k is not c))
+        if not own or own & rest:
+            continue
+        dims = [
+            (i, d) for ld in loads for i, d in zip(ld.indices, ld.buffer.shape, strict=True) if own & _vars(i)
+        ]
+        if all(lo >= 0 and hi <= d - 1 for i, d in dims for lo, hi in [bounds(i, ranges)]):
+            kept.remove(c)
+    return kept
 
 
 def _accesses(

@@ -373,6 +373,56 @@ def test_blocked_conv_register_tiles_match_onnxruntime(  # type: ignore[no-untyp
 
 
 @pytest.mark.parametrize(
+    ("force", "k", "stride"),
+    [
+        ({}, 1, 1),  # the default: a tile of several blocks, the last group padded
+        ({"nb": 3, "owt": 4}, 3, 1),
+        ({"nb": 2, "owt": 5, "tile_order": "oh_oc_ow"}, 3, 2),
+        ({"nb": 4, "owt": 3, "ic_chunk": 1}, 1, 1),  # chunked sums over a padded last group
+        ({"plane_tile": True, "nb": 3, "owt": 5}, 3, 1),
+        ({"plane_tile": True, "nb": 2, "owt": 4, "ic_chunk": 1}, 3, 2),
+    ],
+)
+def test_blocked_conv_tiles_over_padded_blocks_match_onnxruntime(  # type: ignore[no-untyped-def]
+    force: dict[str, Any], k: int, stride: int, tmp_path
+) -> None:
+    """Five channel blocks, a count no tile of 2-4 blocks divides: the tiles run over groups whose
+    last one computes missing blocks on zero weights. The conv's accumulators take no guard (only
+    the epilogue's stores to the output do), and the result matches onnxruntime."""
+    from compiler.tir.ir import IfThenElse, Store, walk_stmts
+    from compiler.tir.printer import expr_str
+
+    rng = np.random.default_rng(22)
+    lanes = parse_target("host").lanes()
+    c, oc = 2 * lanes, 5 * lanes
+    x = _randn(rng, 1, c, 13, 15)
+    weight = _randn(rng, oc, c, k, k) / np.float32(np.sqrt(k * k * c))
+    model, feeds = single_op(
+        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, oc)}, pads=[k // 2] * 4, strides=[stride, stride]
+    )
+    data = model.SerializeToString()
+    plain = compile_model(data, CompileOptions(disabled_passes=frozenset({"conv_algorithm"})))
+    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    sch, _ = default_schedule(kernel.workload, _Forced(force))
+    assert all(sch.decisions[k] == v for k, v in force.items()), sch.decisions
+    choice = ScheduleChoice(sch.trace, {"source": "override"})
+    options = CompileOptions(overrides={"node": choice}, disabled_passes=frozenset({"conv_algorithm"}))
+    compiled = compile_model(data, options)
+    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    if sch.decisions["nb"] > 1:  # no guard on the blocks around an accumulator's update
+        for g in walk_stmts(pinned.flat.body):
+            if isinstance(g, IfThenElse) and any(
+                isinstance(x, Store) and x.buffer.scope == "local" for x in walk_stmts(g.then)
+            ):
+                assert "ocb" not in expr_str(g.cond), expr_str(g.cond)
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run(feeds)
+    for name, want in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize(
     ("batch", "groups", "k", "stride", "hw"),
     [(2, 1, 3, 1, 9), (1, 2, 3, 1, 11), (2, 2, 1, 2, 13), (3, 1, 5, 1, 7)],
 )

@@ -18,6 +18,7 @@ from compiler.ops.conv2d_blocked import (
     depthwise_tile,
     ic_chunk,
     one_block_run,
+    padded_tile,
     plane_chunk,
     plane_tile,
     register_tile,
@@ -394,3 +395,29 @@ def test_one_block_avx512_tiles_keep_their_rows() -> None:
     target = parse_target("znver4")
     row_tile = block_register_tile(target, 32, 16, 7)
     assert plane_tile(target, 32, 16, 7, 7, row_tile, 2) is None
+
+
+@pytest.mark.parametrize(
+    ("target", "oc"), [("znver5", 80), ("znver5", 112), ("haswell", 40), ("haswell", 1000)]
+)
+def test_block_counts_no_tile_divides_take_tiles_over_padded_blocks(target: str, oc: int) -> None:
+    """5, 7 or 125 channel blocks: none of 2-4 divides them, and the default tile still spans several
+    blocks (the last group padded) where register_tile alone would give one-block tiles."""
+    model = _conv_model(64, oc, 1, hw=14)
+    options = CompileOptions(target=target, disabled_passes=frozenset({"conv_algorithm"}))
+    kernels = frontier_for(model, options, None).kernels
+    (w,) = [g.workload for g in kernels if g.workload.anchor_op == "conv2d_nchwc"]
+    dec = _Record()
+    choose_rule(w, dec)
+    blocks = -(-oc // parse_target(target).lanes())
+    assert dec.asked["nb"] > 1 and blocks % dec.asked["nb"], dec.asked
+
+
+def test_padded_tiles_only_where_no_tile_divides_and_not_on_one_block_cores() -> None:
+    """Counts that 2-4 divide keep register_tile's tiles; Zen 4 keeps its one-block tiles."""
+    for target, blocks in [("znver5", 6), ("znver5", 8), ("haswell", 9), ("znver4", 5), ("haswell", 1)]:
+        t = parse_target(target)
+        assert padded_tile(t, blocks, t.lanes(), 1, 196, 2) is None, (target, blocks)
+    t = parse_target("znver5")
+    nb, owt = padded_tile(t, 7, 16, 1, 196, 2) or (0, 0)
+    assert nb in (2, 4) and owt > 1  # an even number of groups for the two threads
