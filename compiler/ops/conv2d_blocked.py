@@ -554,16 +554,17 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     extents = [iv.extent for iv in nest.blk.iter_vars]
     oh, ow = extents[2], extents[3]
     threads = info.target.cores if nest.threads else 1
-    row_tile = padded_tile(info.target, extents[1], extents[4], oh, ow, threads) or block_register_tile(
-        info.target, extents[1], extents[4], ow
-    )
+    # a grouped conv's missing blocks would read input channels past its input: dense convs only
+    padded = padded_sizes(extents[1]) if _operands(nest.blk)[0].shape[1] == extents[5] else ()
+    tile = padded_tile(info.target, extents[1], extents[4], oh, ow, threads) if padded else None
+    row_tile = tile or block_register_tile(info.target, extents[1], extents[4], ow)
     plane0 = plane_tile(info.target, extents[1], extents[4], oh, ow, row_tile, threads)
     sums = extents[4] * oh * ow * 4  # the plane's partial sums per channel block
     planes = [False, True] if oh > 1 and sums <= MAX_PLANE_SUM_BYTES else [False]
     plane = sch.decide("plane_tile", planes, plane0 is not None)
     nb0, owt0 = plane0 if plane and plane0 else row_tile
     width = oh * ow if plane else ow
-    sizes = [d for d in (1, 2, 3, 4) if extents[1] % d == 0 or d in padded_sizes(extents[1])]
+    sizes = [d for d in (1, 2, 3, 4) if extents[1] % d == 0 or d in padded]
     nb = sch.decide("nb", sizes, nb0)
     owt = sch.decide("owt", list(range(1, min(width, 28) + 1)), owt0 if nb == nb0 else 1)
     ocbo, ocbi = sch.split(locb, [None, nb])

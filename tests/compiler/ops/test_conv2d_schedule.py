@@ -421,3 +421,15 @@ def test_padded_tiles_only_where_no_tile_divides_and_not_on_one_block_cores() ->
     t = parse_target("znver5")
     nb, owt = padded_tile(t, 7, 16, 1, 196, 2) or (0, 0)
     assert nb in (2, 4) and owt > 1  # an even number of groups for the two threads
+
+
+def test_grouped_convs_keep_tiles_that_divide_their_blocks() -> None:
+    """A grouped conv's tile over a padded group would read input channels past its input: five
+    groups of one 16-lane block keep tiles of one block."""
+    model = _conv_model(80, 80, 3, groups=5, hw=14)
+    options = CompileOptions(target="znver5", disabled_passes=frozenset({"conv_algorithm"}))
+    kernels = frontier_for(model, options, None).kernels
+    (w,) = [g.workload for g in kernels if g.workload.anchor_op == "conv2d_nchwc"]
+    dec = _Record()
+    choose_rule(w, dec)
+    assert dec.asked["nb"] == 1, dec.asked
