@@ -309,6 +309,12 @@ def _touched(index: Expr, out: IterVar, tap: IterVar, item_bytes: int = 0) -> in
     return len({p * item_bytes // _LINE_BYTES for p in places}) if item_bytes else len(places)
 
 
+def is_dense(blk: Block) -> bool:
+    """Whether the conv reduces over all of its input's channel blocks (a grouped conv reduces over
+    its group's only)."""
+    return _operands(blk)[0].shape[1] == blk.iter_vars[5].extent
+
+
 def input_footprint(blk: Block) -> int:
     """Bytes of one image of a dense conv's input that its windows read, in whole cache lines: a
     strided conv with a kernel narrower than its stride skips rows and pixels (a 1x1 stride-2
@@ -376,7 +382,7 @@ def ic_chunk(target: Target, blk: Block, nb: int, owt: int) -> int:
     small next to its weights; on wider planes (512 input channels on 28x28) the chunks measured
     slower, each group re-reading an input that no longer stays in L2."""
     _, _, oh, ow, ob, icb, kh, kw, ib = (iv.extent for iv in blk.iter_vars)
-    dense = _operands(blk)[0].shape[1] == icb  # a grouped conv reduces over a group's blocks only
+    dense = is_dense(blk)
     if target.vector_bits < 512 or target.fma_per_cycle < 2 or not dense:
         return 0
     per_block = nb * ob * ib * kh * kw * 4  # one input block's weights for the group
@@ -410,7 +416,7 @@ def plane_chunk(target: Target, blk: Block, nb: int) -> int:
     input fit L2, one pass measured as fast or faster (the stride-1 twin of that conv, a 1x1
     downsampling conv of 1024 input channels)."""
     _, _, _, _, ob, icb, kh, kw, ib = (iv.extent for iv in blk.iter_vars)
-    dense = _operands(blk)[0].shape[1] == icb
+    dense = is_dense(blk)
     per_block = nb * ob * ib * kh * kw * 4
     if not dense or icb < 2 or per_block * icb + input_footprint(blk) <= target.l2_bytes:
         return 0
@@ -555,7 +561,7 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     oh, ow = extents[2], extents[3]
     threads = info.target.cores if nest.threads else 1
     # a grouped conv's missing blocks would read input channels past its input: dense convs only
-    padded = padded_sizes(extents[1]) if _operands(nest.blk)[0].shape[1] == extents[5] else ()
+    padded = padded_sizes(extents[1]) if is_dense(nest.blk) else ()
     tile = padded_tile(info.target, extents[1], extents[4], oh, ow, threads) if padded else None
     row_tile = tile or block_register_tile(info.target, extents[1], extents[4], ow)
     plane0 = plane_tile(info.target, extents[1], extents[4], oh, ow, row_tile, threads)

@@ -322,6 +322,39 @@ def test_winograd_chunks_and_passes_match_onnxruntime(force: dict[str, Any], til
         np.testing.assert_allclose(got[k], v, atol=1e-4, rtol=1e-4, err_msg=k)
 
 
+def _forced_conv(
+    force: dict[str, Any], oc_blocks: int, hw: tuple[int, int], k: int, stride: int, seed: int
+) -> tuple[Any, dict[str, np.ndarray], Any, Any, Any]:
+    """A host-blocked conv (2 input blocks, `oc_blocks` output blocks, a bias) whose kernel's
+    schedule takes `force` through a per-node override: (model, feeds, schedule, compiled, kernel)."""
+    rng = np.random.default_rng(seed)
+    lanes = parse_target("host").lanes()
+    c, oc = 2 * lanes, oc_blocks * lanes
+    x = _randn(rng, 1, c, *hw)
+    weight = _randn(rng, oc, c, k, k) / np.float32(np.sqrt(k * k * c))
+    model, feeds = single_op(
+        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, oc)}, pads=[k // 2] * 4, strides=[stride, stride]
+    )
+    data = model.SerializeToString()
+    plain = compile_model(data, CompileOptions(disabled_passes=frozenset({"conv_algorithm"})))
+    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    sch, rule = default_schedule(kernel.workload, _Forced(force))
+    assert rule == "conv2d_nchwc" and all(sch.decisions[k] == v for k, v in force.items()), sch.decisions
+    choice = ScheduleChoice(sch.trace, {"source": "override"})
+    options = CompileOptions(overrides={"node": choice}, disabled_passes=frozenset({"conv_algorithm"}))
+    compiled = compile_model(data, options)
+    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    return model, feeds, sch, compiled, pinned
+
+
+def _matches_ort(model: Any, feeds: dict[str, np.ndarray], compiled: Any, tmp_path: Any) -> None:
+    path = tmp_path / "model.temper"
+    compiled.save(path)
+    got = compiler.runtime.load(path).run(feeds)
+    for name, want in run_ort(model, feeds).items():
+        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize(
     ("force", "k", "stride"),
     [
@@ -346,30 +379,10 @@ def test_blocked_conv_register_tiles_match_onnxruntime(  # type: ignore[no-untyp
     is (one block on AVX-512, several on AVX2): tiles of several channel blocks read weights packed
     per tile, unrolled input lanes, either tile order, the reduction in chunks of input channel
     blocks, tiles running over the plane with its rows back to back, against onnxruntime."""
-    rng = np.random.default_rng(21)
-    lanes = parse_target("host").lanes()
-    c, oc = 2 * lanes, 4 * lanes
-    x = _randn(rng, 1, c, 17, 19)
-    weight = _randn(rng, oc, c, k, k) / np.float32(np.sqrt(k * k * c))
-    model, feeds = single_op(
-        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, oc)}, pads=[k // 2] * 4, strides=[stride, stride]
-    )
-    data = model.SerializeToString()
-    plain = compile_model(data, CompileOptions(disabled_passes=frozenset({"conv_algorithm"})))
-    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_nchwc"]
-    sch, rule = default_schedule(kernel.workload, _Forced(force))
-    assert rule == "conv2d_nchwc" and all(sch.decisions[k] == v for k, v in force.items()), sch.decisions
-    choice = ScheduleChoice(sch.trace, {"source": "override"})
-    options = CompileOptions(overrides={"node": choice}, disabled_passes=frozenset({"conv_algorithm"}))
-    compiled = compile_model(data, options)
-    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    model, feeds, _, compiled, pinned = _forced_conv(force, 4, (17, 19), k, stride, seed=21)
     packed = dict(pinned.flat.layouts)
     assert (len(packed) == 1) == (force["nb"] > 1)  # the weight, packed per tile of several blocks
-    path = tmp_path / "model.temper"
-    compiled.save(path)
-    got = compiler.runtime.load(path).run(feeds)
-    for name, want in run_ort(model, feeds).items():
-        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+    _matches_ort(model, feeds, compiled, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -392,34 +405,14 @@ def test_blocked_conv_tiles_over_padded_blocks_match_onnxruntime(  # type: ignor
     from compiler.tir.ir import IfThenElse, Store, walk_stmts
     from compiler.tir.printer import expr_str
 
-    rng = np.random.default_rng(22)
-    lanes = parse_target("host").lanes()
-    c, oc = 2 * lanes, 5 * lanes
-    x = _randn(rng, 1, c, 13, 15)
-    weight = _randn(rng, oc, c, k, k) / np.float32(np.sqrt(k * k * c))
-    model, feeds = single_op(
-        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, oc)}, pads=[k // 2] * 4, strides=[stride, stride]
-    )
-    data = model.SerializeToString()
-    plain = compile_model(data, CompileOptions(disabled_passes=frozenset({"conv_algorithm"})))
-    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_nchwc"]
-    sch, _ = default_schedule(kernel.workload, _Forced(force))
-    assert all(sch.decisions[k] == v for k, v in force.items()), sch.decisions
-    choice = ScheduleChoice(sch.trace, {"source": "override"})
-    options = CompileOptions(overrides={"node": choice}, disabled_passes=frozenset({"conv_algorithm"}))
-    compiled = compile_model(data, options)
-    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    model, feeds, sch, compiled, pinned = _forced_conv(force, 5, (13, 15), k, stride, seed=22)
     if sch.decisions["nb"] > 1:  # no guard on the blocks around an accumulator's update
         for g in walk_stmts(pinned.flat.body):
             if isinstance(g, IfThenElse) and any(
                 isinstance(x, Store) and x.buffer.scope == "local" for x in walk_stmts(g.then)
             ):
                 assert "ocb" not in expr_str(g.cond), expr_str(g.cond)
-    path = tmp_path / "model.temper"
-    compiled.save(path)
-    got = compiler.runtime.load(path).run(feeds)
-    for name, want in run_ort(model, feeds).items():
-        np.testing.assert_allclose(got[name], want, atol=1e-4, rtol=1e-4, err_msg=name)
+    _matches_ort(model, feeds, compiled, tmp_path)
 
 
 @pytest.mark.parametrize(
