@@ -87,6 +87,8 @@ DEFAULT_L2_BYTES = 512 << 10
 # features only Intel's server cores have: a hypervisor may report such a core by a client model
 # number (LLVM then names it, say, rocketlake), but its features still tell it is a server core
 _SERVER_CORE_FEATURES = ("+amx-tile", "+avx512fp16")
+# the private L2 of every Intel core with those features (Sapphire, Emerald and Granite Rapids)
+_SERVER_L2_KIB = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +127,21 @@ class Target:
         """Full-width vector FMAs a core starts per cycle: how many a register tile keeps busy."""
         if self.vector_bits < 512 or self.cpu not in _ONE_FMA_512:
             return 2
-        return 2 if any(f in self.enabled_features for f in _SERVER_CORE_FEATURES) else 1
+        return 2 if self._server_core else 1
+
+    @property
+    def _server_core(self) -> bool:
+        """Whether the features tell an Intel server core, whatever model number the CPU reports."""
+        return any(f in self.enabled_features for f in _SERVER_CORE_FEATURES)
 
     @property
     def l2_bytes(self) -> int:
         """One core's private L2, by CPU name: what a kernel can keep there between the register
-        tiles that re-read it (a named CPU and the host alike, so that both build the same code)."""
+        tiles that re-read it (a named CPU and the host alike, so that both build the same code; a
+        server core that a hypervisor reports by a client's model number, by its features)."""
         kib = _L2_KIB.get(self.cpu)
+        if kib is not None and kib < _SERVER_L2_KIB and self._server_core:
+            kib = _SERVER_L2_KIB
         return kib << 10 if kib is not None else DEFAULT_L2_BYTES
 
     @property

@@ -333,21 +333,22 @@ def input_footprint(blk: Block) -> int:
     return min(whole, data.shape[1] * rows * lines * _LINE_BYTES)
 
 
-def tile_order(blk: Block, groups: int, threads: int) -> str:
+def tile_order(target: Target, blk: Block, groups: int, threads: int) -> str:
     """The register tiles' order that moves fewer bytes from beyond the private caches.
 
     "oc_oh_ow" sweeps the whole input once per group of output channel blocks (a thread takes a
     share of the groups) and reads each weight once; "oh_oc_ow" reads each input row once and all
     the weights per output row (a thread takes a share of the rows). The input counts the lines
-    its windows read (input_footprint). An operand that fits L2_BYTES is read from memory once per
-    thread, whatever the order; a larger one once per sweep. Ties (one group, or both operands
-    small) go to "oc_oh_ow"."""
+    its windows read (input_footprint). An operand that fits the target's L2 (Target.l2_bytes) is
+    read from memory once per thread, whatever the order; a larger one once per sweep. Ties (one
+    group, or both operands small) go to "oc_oh_ow"."""
     _, weight = _operands(blk)
     x_bytes = input_footprint(blk)
     w_bytes = weight.size * np.dtype(weight.dtype).itemsize
     rows = blk.iter_vars[2].extent
-    by_groups = w_bytes + x_bytes * (groups if x_bytes > L2_BYTES else min(groups, threads))
-    by_rows = x_bytes + w_bytes * (rows if w_bytes > L2_BYTES else min(rows, threads))
+    l2 = target.l2_bytes
+    by_groups = w_bytes + x_bytes * (groups if x_bytes > l2 else min(groups, threads))
+    by_rows = x_bytes + w_bytes * (rows if w_bytes > l2 else min(rows, threads))
     return "oh_oc_ow" if by_rows < by_groups else "oc_oh_ow"
 
 
@@ -581,7 +582,7 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
         _plane_tiles(sch, nest, [ocbo, ocbi], nb, owt, chunk)
         return
     owo, owi = sch.split(low, [None, owt])
-    order0 = tile_order(nest.blk, -(-extents[1] // nb), info.target.cores if nest.threads else 1)
+    order0 = tile_order(info.target, nest.blk, -(-extents[1] // nb), info.target.cores if nest.threads else 1)
     chunk0 = ic_chunk(info.target, nest.blk, nb, owt)
     chunk = sch.decide("ic_chunk", chunks, chunk0)
     if chunk:

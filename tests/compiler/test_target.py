@@ -66,6 +66,20 @@ def test_fma_pipes_follow_the_features_when_the_cpu_name_is_a_client_cores() -> 
     assert target("znver4", "").fma_per_cycle == 1 and target("znver5", "").fma_per_cycle == 2
 
 
+def test_a_server_core_named_as_a_client_keeps_its_l2() -> None:
+    """Every Intel core with AMX or AVX512-FP16 has a 2 MiB L2: a hypervisor's client model number
+    (rocketlake) does not shrink it to the client's 512 KiB, which a real client core keeps; named
+    CPUs keep their table entries."""
+    client = "+avx2,+avx512f,+avx512bw,+avx512dq,+avx512vl,+fma"
+
+    def l2(cpu: str, features: str) -> int:
+        return Target("x86_64-unknown-linux-gnu", cpu, features, 512, 2).l2_bytes
+
+    assert l2("rocketlake", client + ",+amx-tile,+avx512fp16") == 2 << 20
+    assert l2("rocketlake", client) == l2("rocketlake", client + ",-amx-tile") == 512 << 10
+    assert l2("emeraldrapids", "") == 2 << 20 and l2("znver4", "") == 1 << 20
+
+
 def _zen4_reporting(avx512: bool) -> Target:
     """A Zen 4 as LLVM names it, with or without the AVX-512 a hypervisor may hide."""
     base = {f: True for f in ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi2")}

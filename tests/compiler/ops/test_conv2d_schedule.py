@@ -22,6 +22,7 @@ from compiler.ops.conv2d_blocked import (
     plane_chunk,
     plane_tile,
     register_tile,
+    tile_order,
 )
 from compiler.ops.conv2d_winograd import product_tile
 from compiler.pipeline import CompileOptions, frontier_for
@@ -199,8 +200,9 @@ def test_depthwise_runs_cover_prime_rows_with_several_columns() -> None:
         (dict(c=1024, oc=512, k=1, hw=14), "oc_oh_ow"),
         (dict(c=512, oc=512, k=3, hw=28), "oc_oh_ow"),
         # a 1x1 stride-2 conv reads every other row of its input (AVX2's 8-lane pixels share lines,
-        # so all lines of those rows): that share is what a sweep costs, not the whole input
-        (dict(c=1024, oc=2048, k=1, stride=2, hw=14), "oc_oh_ow"),
+        # so all lines of those rows): that share, within Haswell's L2, is what a sweep costs, not
+        # the whole input, which is not
+        (dict(c=512, oc=2048, k=1, stride=2, hw=14), "oc_oh_ow"),
         # one group of output channels: nothing to save, the channel-group order stays
         (dict(c=64, oc=8, k=3, hw=56), "oc_oh_ow"),
     ],
@@ -212,6 +214,17 @@ def test_blocked_conv_tiles_go_in_the_order_that_moves_fewer_bytes(conv: dict[st
     dec = _Record({"plane_tile": False})
     choose_rule(w, dec)
     assert dec.asked["tile_order"] == order, dec.asked
+
+
+def test_the_tile_order_counts_the_targets_own_l2() -> None:
+    """ResNet-50's strided 3x3 conv of layer2 (128 channels, 56x56 in): its weights, re-read per row
+    of output, fit an Intel server core's 2 MiB L2 beside its input, so its rows go once each; on a
+    Zen 3's 512 KiB the weights do not fit, and the input is swept once per group of channels."""
+    for cpu, order in (("sapphirerapids", "oh_oc_ow"), ("znver3", "oc_oh_ow")):
+        target = parse_target(cpu)
+        blk = _blocked_conv_block(cpu, 128, 128, 3, 56, stride=2)
+        groups = 128 // target.lanes() // 4
+        assert tile_order(target, blk, groups, 2) == order, cpu
 
 
 def test_avx512_convs_take_one_block_by_a_run_of_columns() -> None:
