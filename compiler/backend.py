@@ -50,6 +50,7 @@ FROZEN_SLOTS: dict[str, tuple[int, ...]] = {
     "Pad": (1, 2, 3),
     "Resize": (1, 2, 3),
     "Col2Im": (1, 2),
+    "AffineGrid": (1,),
     "ReduceMean": (1,),
     "ReduceSum": (1,),
     "ReduceMax": (1,),

@@ -388,6 +388,68 @@ def _check_resize(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -
     return None
 
 
+def _grid_sample(ctx: NodeContext) -> Sequence[Expr]:
+    """GridSample; opsets 16-19 name the modes bilinear and bicubic, 20 and later linear and cubic."""
+    mode = str(ctx.attr("mode", "bilinear" if ctx.opset < 20 else "linear"))
+    return [
+        ctx.emit(
+            "grid_sample",
+            [ctx.arg(0), ctx.arg(1)],
+            mode={"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode),
+            padding_mode=str(ctx.attr("padding_mode", "zeros")),
+            align_corners=int(ctx.attr("align_corners", 0)),
+        )
+    ]
+
+
+def _affine_grid(ctx: NodeContext) -> Sequence[Expr]:
+    """AffineGrid of 2-D images: each point's normalized (x, y, 1) times its image's theta [2, 3],
+    a matmul of the constant base grid [H * W, 3] by theta transposed, shaped [N, H, W, 2]."""
+    theta = ctx.arg(0)
+    size = ctx.ints(1, "AffineGrid size")
+    assert size is not None
+    if len(size) != 4 or theta.type.shape != (size[0], 2, 3):
+        raise ctx.error(
+            f"AffineGrid of size {list(size)} with theta {list(theta.type.shape)} "
+            "(supported: size [N, C, H, W] with theta [N, 2, 3])"
+        )
+    n, _, h, w = size
+    xs, ys = _grid_axis(w, ctx.attr("align_corners", 0)), _grid_axis(h, ctx.attr("align_corners", 0))
+    base = np.stack([np.tile(xs, h), np.repeat(ys, w), np.ones(h * w, np.float32)], axis=1)
+    points = ctx.new_const(base.astype(np.float32), name=f"{ctx.name}.base_grid")
+    turned = ctx.emit("transpose", [theta], perm=(0, 2, 1))
+    return [ctx.emit("reshape", [ctx.emit("matmul", [points, turned])], shape=(n, h, w, 2))]
+
+
+def _grid_axis(size: int, align_corners: int) -> np.ndarray:
+    """The normalized coordinates of an axis' pixel centres: -1 and 1 at the first and last centre with
+    align_corners, at the image's edges without."""
+    if align_corners:
+        return np.linspace(-1.0, 1.0, size, dtype=np.float32) if size > 1 else np.zeros(1, np.float32)
+    return ((np.arange(size, dtype=np.float32) * 2 + 1) / size - 1).astype(np.float32)
+
+
+def _check_affine_grid(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """2-D grids (theta [N, 2, 3], size [N, C, H, W]; volumetric ones refused); a constant size."""
+    rank = info.rank(node.output[0]) if node.output else None
+    if rank is not None and rank != 4:
+        return f"AffineGrid of a {rank - 2}-D grid (supported: 2-D, size [N, C, H, W])"
+    if len(node.input) > 1 and node.input[1] not in info.consts:
+        return "AffineGrid with a size computed at run time"
+    return None
+
+
+def _check_grid_sample(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """4-D inputs (N x C x H x W images; volumetric grids refused); modes linear, nearest and cubic."""
+    rank = info.rank(node.input[0])
+    if rank is not None and rank != 4:
+        return f"GridSample of a {rank}-D input (supported: 4-D, N x C x H x W)"
+    mode = attrs.get("mode", "linear")
+    if mode not in ("bilinear", "linear", "nearest", "bicubic", "cubic"):
+        return f"GridSample mode {mode!r}"
+    return None
+
+
 # ---- values known at compile time -------------------------------------------------------------------
 
 
@@ -471,6 +533,8 @@ CONVERTERS: dict[str, OpConverter] = {
     "Tile": OpConverter(_tile),
     "Pad": OpConverter(_pad, _check_pad),
     "Resize": OpConverter(_resize, _check_resize),
+    "GridSample": OpConverter(_grid_sample, _check_grid_sample),
+    "AffineGrid": OpConverter(_affine_grid, _check_affine_grid),
     "Shape": OpConverter(_shape),
     "Size": OpConverter(_size),
     "ConstantOfShape": OpConverter(_constant_of_shape),

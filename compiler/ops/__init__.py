@@ -13,6 +13,7 @@ from compiler.ops import (  # noqa: F401  (imported to register their ops)
     conv_transpose,
     elementwise,
     gather,
+    grid_sample,
     layout,
     matmul,
     norm,

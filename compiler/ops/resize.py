@@ -104,7 +104,7 @@ def nearest_indices(coords: np.ndarray, nearest_mode: str, in_len: int) -> np.nd
 def cubic_weights(t: Any, a: float, lift: Any) -> list[Any]:
     """Keys' weights of the four taps at distances 1 + t, t, 1 - t, 2 - t from the source coordinate
     (t its fraction): one formula for float32 arrays (lift: np.float32, the reference) and TIR
-    expressions (lift: _F32, `t` wrapped in it, the compute definition)."""
+    expressions (lift: LiftedF32, `t` wrapped in it, the compute definition)."""
     A = lift(a)
 
     def near(d: Any) -> Any:  # |d| <= 1
@@ -242,7 +242,7 @@ def _interpolate(
 def _cubic_taps(c: Expr, length: int, attrs: dict[str, Any]) -> list[tuple[Expr, Expr]]:
     """The four (index, weight) taps around source coordinate `c` along an axis of `length`."""
     base = te.call("floor", c)
-    lifted = cubic_weights(_F32(te.sub(c, base)), float(attrs["cubic_coeff_a"]), _F32)
+    lifted = cubic_weights(LiftedF32(te.sub(c, base)), float(attrs["cubic_coeff_a"]), LiftedF32)
     weights = [w.e for w in lifted]
     index = te.cast("int64", base)
     taps = [te.add(index, te.idx(k - 1)) for k in range(4)]
@@ -254,7 +254,7 @@ def _cubic_taps(c: Expr, length: int, attrs: dict[str, Any]) -> list[tuple[Expr,
     return [(te.clamp(tap, length - 1), w) for tap, w in zip(taps, weights, strict=True)]
 
 
-class _F32:
+class LiftedF32:
     """float32 TIR arithmetic for `cubic_weights`: a constant lifted to an expression, and +, - and *
     between lifted values."""
 
@@ -262,16 +262,16 @@ class _F32:
         self.e = te.f32(value) if isinstance(value, float) else value
 
     def _wrap(self, other: Any) -> Expr:
-        return other.e if isinstance(other, _F32) else other
+        return other.e if isinstance(other, LiftedF32) else other
 
-    def __add__(self, o: Any) -> _F32:
-        return _F32(te.add(self.e, self._wrap(o)))
+    def __add__(self, o: Any) -> LiftedF32:
+        return LiftedF32(te.add(self.e, self._wrap(o)))
 
-    def __sub__(self, o: Any) -> _F32:
-        return _F32(te.sub(self.e, self._wrap(o)))
+    def __sub__(self, o: Any) -> LiftedF32:
+        return LiftedF32(te.sub(self.e, self._wrap(o)))
 
-    def __mul__(self, o: Any) -> _F32:
-        return _F32(te.mul(self.e, self._wrap(o)))
+    def __mul__(self, o: Any) -> LiftedF32:
+        return LiftedF32(te.mul(self.e, self._wrap(o)))
 
 
 # the stage of a separable resize that resamples the innermost axis alone (schedules keep it, it is

@@ -121,3 +121,41 @@ def test_a_recurrent_step_is_few_kernels(name: str, per_step: int, tmp_path) -> 
     got = module.run({k: np.asarray(v) for k, v in feeds.items() if k in {i.name for i in module.inputs}})
     for key, want in run_ort(model, feeds).items():
         np.testing.assert_allclose(got[key], want, atol=1e-4, rtol=1e-4, err_msg=key)
+
+
+@pytest.mark.parametrize(
+    ("mode", "padding"), [("linear", "border"), ("nearest", "zeros"), ("cubic", "reflection")]
+)
+def test_a_spatial_transformer_compiles_and_matches(mode: str, padding: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A spatial transformer as PyTorch exports one (opset 20): a localization net predicts each
+    image's affine map, AffineGrid turns it into a sampling grid, GridSample resamples the image at
+    run-time points, and a conv reads the result."""
+    from onnx import TensorProto, helper
+
+    from tests.compiler.frontend.onnx_check import make_model
+
+    rng = np.random.default_rng(7)
+    weights = {
+        "w_loc": rng.standard_normal((8, 3, 5, 5)).astype(np.float32) * 0.2,
+        "w_fc": rng.standard_normal((6, 8)).astype(np.float32) * 0.1,
+        "b_fc": np.array([0.9, 0.2, 0.1, -0.15, 1.1, -0.05], np.float32),
+        "shape": np.array([2, 2, 3], np.int64),
+        "size": np.array([2, 3, 24, 20], np.int64),
+        "w_head": rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w_loc"], ["loc"], strides=[2, 2]),
+        helper.make_node("Relu", ["loc"], ["loc_relu"]),
+        helper.make_node("GlobalAveragePool", ["loc_relu"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "w_fc", "b_fc"], ["affine"], transB=1),
+        helper.make_node("Reshape", ["affine", "shape"], ["theta"]),
+        helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0),
+        helper.make_node("GridSample", ["x", "grid"], ["warped"], mode=mode, padding_mode=padding),
+        helper.make_node("Conv", ["warped", "w_head"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, [2, 3, 24, 20])}, ["y"], weights, opset=20)
+    feeds = {"x": rng.standard_normal((2, 3, 24, 20)).astype(np.float32)}
+    want = run_ort(model, feeds)["y"]
+    got = compile_and_run(model, feeds, tmp_path)["y"]
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)

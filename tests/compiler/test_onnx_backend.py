@@ -103,6 +103,8 @@ CLAIMED_OPS: dict[str, str] = {
     "Dropout": r"dropout|training_dropout",
     "Pad": r"(?:constant|edge|reflect|wrap)_pad",
     "Resize": r"resize",
+    "GridSample": r"gridsample",
+    "AffineGrid": r"affine_grid",
 }
 
 _FP32 = "temper's tensors are float32 (float16 at a model's edges), int32, int64 and bool"
@@ -121,6 +123,12 @@ EXCLUDED: dict[str, str] = {
     r"^test_(?:averagepool|maxpool|convtranspose)_(?:1d|3d)_": "1-D and 3-D pooling and transposed "
     "convolution: temper's conv/pool kernels are 2-D (NCHW)",
     r"^test_col2im_5d": "Col2Im of a 3-D image: temper's transposed convolution is 2-D (NCHW)",
+    r"^test_affine_grid_3d": "volumetric affine grids (theta [N, 3, 4]): temper's AffineGrid and "
+    "GridSample are 2-D",
+    r"^test_affine_grid_2d.*_expanded": "AffineGrid's expanded function branches on the size's length "
+    "with If (control flow): temper compiles straight-line graphs",
+    r"^test_gridsample_volumetric_": "volumetric grid sampling (a 5-D input): temper's GridSample "
+    "samples 2-D images (N x C x H x W)",
     # -- training-only features ------------------------------------------------------------------------
     r"_training_mode_|^test_training_dropout": "training-mode BatchNormalization/Dropout (batch statistics, "
     "random masks): temper compiles inference graphs",

@@ -222,6 +222,47 @@ def test_col2im_of_a_3d_image_is_unsupported() -> None:
     assert info.value.nodes == [("node", "Col2Im", 18)]
 
 
+def test_volumetric_grid_sampling_is_unsupported() -> None:
+    x, grid = np.zeros((1, 2, 3, 4, 5), np.float32), np.zeros((1, 2, 2, 2, 3), np.float32)
+    model, _ = single_op("GridSample", {"x": x, "g": grid}, opset=20)
+    with pytest.raises(UnsupportedOpError, match="GridSample of a 5-D input") as info:
+        load_onnx(model)
+    assert info.value.nodes == [("node", "GridSample", 20)]
+
+
+@pytest.mark.parametrize(
+    ("theta", "size", "consts", "message"),
+    [
+        ((1, 3, 4), (1, 2, 3, 4, 5), True, "AffineGrid of a 3-D grid"),
+        ((1, 2, 3), (1, 2, 4, 4), False, "AffineGrid with a size computed at run time"),
+    ],
+)
+def test_affine_grids_temper_cannot_build_are_unsupported(
+    theta: tuple[int, ...], size: tuple[int, ...], consts: bool, message: str
+) -> None:
+    """Volumetric affine grids, and a size only known at run time (it decides the grid's shape)."""
+    sizes = {"s": np.array(size, np.int64)}
+    inputs = {"t": np.zeros(theta, np.float32), **({} if consts else sizes)}
+    model, _ = single_op("AffineGrid", inputs, sizes if consts else None, opset=20)
+    with pytest.raises(UnsupportedOpError, match=message) as info:
+        load_onnx(model)
+    assert info.value.nodes == [("node", "AffineGrid", 20)]
+
+
+def test_a_grid_of_another_batch_names_the_node() -> None:
+    """A grid of another batch than the input, known only once the dims are bound, is refused by
+    name before anything is compiled."""
+    model = make_model(
+        [helper.make_node("GridSample", ["x", "g"], ["y"], name="node")],
+        {"x": (FLOAT, ["N", 2, 4, 4]), "g": (FLOAT, ["M", 3, 3, 2])},
+        ["y"],
+        opset=20,
+    )
+    with pytest.raises(ShapeError, match=r"got x \[2, 2, 4, 4\], grid \[1, 3, 3, 2\]") as info:
+        load_onnx(model, {"x": [2, 2, 4, 4], "g": [1, 3, 3, 2]})
+    assert info.value.node == "node"
+
+
 @pytest.mark.parametrize(
     ("shape", "size", "message"),
     [

@@ -650,6 +650,41 @@ case("Shape", "Shape", T)
 case("Shape_slice", "Shape", T, start=1, end=-1, opset=15)
 case("Size", "Size", T)
 
+# ---- grid sample ------------------------------------------------------------------------------------
+# points inside and past the image (zeros read 0 there, border the edge, reflection mirror them back);
+# a far grid mirrors some points more than once
+GS = {"x": lambda: randn(2, 3, 5, 7), "g": lambda: _rng.uniform(-1.4, 1.4, (2, 4, 6, 2)).astype(F32)}
+GS_FAR = {"x": lambda: randn(1, 2, 4, 3), "g": lambda: _rng.uniform(-4.0, 4.0, (1, 5, 5, 2)).astype(F32)}
+for mode in ("linear", "nearest", "cubic"):
+    for padding in ("zeros", "border", "reflection"):
+        for align in (0, 1):
+            case(
+                f"GridSample_{mode}_{padding}_align{align}",
+                "GridSample",
+                GS,
+                opset=20,
+                mode=mode,
+                padding_mode=padding,
+                align_corners=align,
+            )
+        far = f"GridSample_{mode}_{padding}_far"
+        case(far, "GridSample", GS_FAR, opset=20, mode=mode, padding_mode=padding)
+# opsets 16-19 name the modes bilinear and bicubic; bilinear, zeros and align_corners 0 by default
+case("GridSample_opset16_defaults", "GridSample", GS, opset=16)
+case("GridSample_opset16_bicubic", "GridSample", GS, opset=16, mode="bicubic", padding_mode="border")
+case("GridSample_opset16_nearest", "GridSample", GS, opset=16, mode="nearest", align_corners=1)
+
+# a spatial transformer's sampling grid: each image's affine map of the base grid
+for align in (0, 1):
+    case(
+        f"AffineGrid_align{align}",
+        "AffineGrid",
+        {"t": lambda: randn(2, 2, 3)},
+        {"s": ints(2, 3, 5, 7)},
+        opset=20,
+        align_corners=align,
+    )
+
 # ---- resize -----------------------------------------------------------------------------------------
 RX = {"x": lambda: randn(1, 2, 5, 6)}
 E = f()

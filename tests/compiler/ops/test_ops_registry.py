@@ -40,7 +40,7 @@ VOCABULARY = {
     },
     Pattern.INJECTIVE: {
         *("reshape", "transpose", "concat", "slice", "gather", "expand", "pad", "resize"),
-        *("gather_nd", "gather_elements", "layout_transform"),
+        *("gather_nd", "gather_elements", "layout_transform", "grid_sample"),
     },
     Pattern.OPAQUE: {"scatter_nd", "scatter_elements", "topk_values", "topk_indices"},
 }
@@ -48,6 +48,9 @@ VOCABULARY = {
 
 def t(*shape: int, dtype: str = "float32") -> TensorType:
     return TensorType(shape, dtype)
+
+
+GRID = {"mode": "linear", "padding_mode": "zeros", "align_corners": 0}
 
 
 def infer(op: str, types: list[TensorType], **attrs: Any) -> TensorType:
@@ -144,6 +147,12 @@ CONV = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "groups": 
             },
             "exclude_outside",
         ),
+        ("grid_sample", [t(1, 2, 4, 4), t(1, 3, 3, 3)], GRID, "grid \\[N, Ho, Wo, 2\\]"),
+        ("grid_sample", [t(1, 2, 4, 4, 4), t(1, 3, 3, 3, 3)], GRID, "x \\[N, C, H, W\\]"),
+        ("grid_sample", [t(1, 2, 4, 4), t(1, 3, 3, 2, dtype="int64")], GRID, "grid has dtype int64"),
+        ("grid_sample", [t(1, 2, 4, 4), t(1, 3, 3, 2)], {**GRID, "mode": "bicubic"}, "mode"),
+        ("grid_sample", [t(1, 2, 4, 4), t(1, 3, 3, 2)], {**GRID, "padding_mode": "wrap"}, "padding_mode"),
+        ("grid_sample", [t(1, 2, 4, 4), t(1, 3, 3, 2)], {**GRID, "align_corners": 2}, "align_corners"),
         ("cast", [t(3)], {"to": "complex64"}, "to"),
         ("clip", [t(3)], {"min": 0, "max": 1.0}, "float"),
         ("leaky_relu", [t(3)], {}, "alpha"),
