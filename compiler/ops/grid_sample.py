@@ -200,37 +200,65 @@ def _pixel(i: Expr, size: int, attrs: dict[str, Any]) -> tuple[Expr, Expr | None
     return te.clamp(te.cast("int64", _reflect(te.cast("float32", i), lo, hi)), size - 1), None
 
 
-# the stage computing every point's source coordinates (schedules keep it, it is not inlined:
-# compiler/tir/rules.py INLINE_TAGS): each of the output's channels and taps reads them, and inlined
-# the coordinate expression would be repeated in every tap of every channel
+def _axis_taps(c: Expr, size: int, attrs: dict[str, Any]) -> list[tuple[Expr, Expr]]:
+    """(index into the axis, weight) of each tap around coordinate `c`: a tap that reads outside the
+    image under zeros padding weighs 0 (and reads the clamped index)."""
+    taps = []
+    for tap, weight in _taps(c, attrs["mode"]):
+        index, inside = _pixel(tap, size, attrs)
+        w = weight if weight is not None else te.f32(1.0)
+        taps.append((index, w if inside is None else te.select(inside, w, te.f32(0.0))))
+    return taps
+
+
+def _pick(k: Expr, values: Sequence[Expr]) -> Expr:
+    """values[k] for a loop index k (a chain of selects)."""
+    picked = values[-1]
+    for at in range(len(values) - 2, -1, -1):
+        picked = te.select(BinOp("==", k, te.idx(at)), values[at], picked)
+    return picked
+
+
+# the stages computing every point's source coordinates, then each axis' taps and weights (schedules
+# keep them, they are not inlined: compiler/tir/rules.py INLINE_TAGS): every channel of the output
+# reads them, and inlined the coordinate and tap arithmetic would be repeated for each channel
 COORDS_TAG = "grid_sample_coords"
+TAPS = {"nearest": 1, "linear": 2, "cubic": 4}
 
 
 def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
     x, grid = inputs
-    h, w = x.shape[2], x.shape[3]
-    mode = attrs["mode"]
+    sizes = (x.shape[3], x.shape[2])  # along the grid's axes: its (x, y) pairs index W, then H
+    points = tuple(grid.shape[:3])
+    taps = TAPS[attrs["mode"]]
 
     def coordinate(n: Expr, i: Expr, j: Expr, axis: Expr) -> Expr:
         g = grid[[n, i, j, axis]]
-        return te.select(BinOp("==", axis, te.idx(0)), _coordinate(g, w, attrs), _coordinate(g, h, attrs))
+        return _pick(axis, [_coordinate(g, size, attrs) for size in sizes])
 
-    coords = te.compute((*grid.shape[:3], 2), coordinate, f"{name}_coords", tag=COORDS_TAG, dtype=x.dtype)
+    coords = te.compute((*points, 2), coordinate, f"{name}_coords", tag=COORDS_TAG, dtype=x.dtype)
+    stages: list[tuple[te.Tensor, te.Tensor]] = []  # (index, weight) per grid axis: x, then y
+    for axis, size in enumerate(sizes):
+
+        def along(part: int, axis: int = axis, size: int = size) -> Callable[..., Expr]:
+            def value(n: Expr, i: Expr, j: Expr, k: Expr) -> Expr:
+                found = _axis_taps(coords[[n, i, j, te.idx(axis)]], size, attrs)
+                return _pick(k, [tap[part] for tap in found])
+
+            return value
+
+        shape, label = (*points, taps), f"{name}_{'xy'[axis]}"
+        index = te.compute(shape, along(0), f"{label}_index", tag=COORDS_TAG, dtype="int64")
+        weight = te.compute(shape, along(1), f"{label}_weight", tag=COORDS_TAG, dtype=x.dtype)
+        stages.append((index, weight))
+    (ix, wx), (iy, wy) = stages
 
     def body(n: Expr, c: Expr, i: Expr, j: Expr) -> Expr:
-        cx, cy = coords[[n, i, j, te.idx(0)]], coords[[n, i, j, te.idx(1)]]
         total: Expr | None = None
-        for ty, wy in _taps(cy, mode):
-            iy, in_y = _pixel(ty, h, attrs)
-            for tx, wx in _taps(cx, mode):
-                ix, in_x = _pixel(tx, w, attrs)
-                term = x[[n, c, iy, ix]]
-                for weight in (wy, wx):
-                    if weight is not None:
-                        term = te.mul(term, weight)
-                inside = [k for k in (in_y, in_x) if k is not None]
-                if inside:
-                    term = te.select(te.all_of(inside) or inside[0], term, te.f32(0.0))
+        for ky in range(taps):
+            for kx in range(taps):
+                at_y, at_x = [n, i, j, te.idx(ky)], [n, i, j, te.idx(kx)]
+                term = te.mul(te.mul(x[[n, c, iy[at_y], ix[at_x]]], wy[at_y]), wx[at_x])
                 total = term if total is None else te.add(total, term)
         assert total is not None
         return total
