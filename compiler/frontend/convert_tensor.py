@@ -423,9 +423,9 @@ def _affine_grid(ctx: NodeContext) -> Sequence[Expr]:
 
 def _grid_axis(size: int, align_corners: int) -> np.ndarray:
     """The normalized coordinates of an axis' pixel centres: -1 and 1 at the first and last centre with
-    align_corners, at the image's edges without."""
+    align_corners (a single pixel at 1, where onnxruntime puts it), at the image's edges without."""
     if align_corners:
-        return np.linspace(-1.0, 1.0, size, dtype=np.float32) if size > 1 else np.zeros(1, np.float32)
+        return np.linspace(-1.0, 1.0, size, dtype=np.float32) if size > 1 else np.ones(1, np.float32)
     return ((np.arange(size, dtype=np.float32) * 2 + 1) / size - 1).astype(np.float32)
 
 

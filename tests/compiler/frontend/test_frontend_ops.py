@@ -684,6 +684,16 @@ for align in (0, 1):
         opset=20,
         align_corners=align,
     )
+# a one-pixel axis: at the image's centre without align_corners, at 1 with it (as onnxruntime puts it)
+for align in (0, 1):
+    case(
+        f"AffineGrid_one_row_align{align}",
+        "AffineGrid",
+        {"t": lambda: randn(2, 2, 3)},
+        {"s": ints(2, 3, 1, 4)},
+        opset=20,
+        align_corners=align,
+    )
 
 # ---- resize -----------------------------------------------------------------------------------------
 RX = {"x": lambda: randn(1, 2, 5, 6)}
