@@ -84,6 +84,8 @@ _L2_KIB = {
     "arrowlake": 3072,
 }
 DEFAULT_L2_BYTES = 512 << 10
+# the host's last-level cache where sysfs does not tell: the L3 of one core complex of a current x86 server
+DEFAULT_LLC_BYTES = 32 << 20
 # features only Intel's server cores have: a hypervisor may report such a core by a client model
 # number (LLVM then names it, say, rocketlake), but its features still tell it is a server core
 _SERVER_CORE_FEATURES = ("+amx-tile", "+avx512fp16")
@@ -166,20 +168,37 @@ class Target:
         }
 
 
+CPU0_CACHES = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def host_cache_bytes(level: int, root: str = CPU0_CACHES) -> int:
+    """The size of the first core's cache of this level as sysfs lists it under `root` (its index*
+    directories), 0 where it cannot be read."""
+    size_bytes = 0
+    with contextlib.suppress(OSError, ValueError):
+        for index in sorted(os.listdir(root)):
+            base = f"{root}/{index}"
+            with open(f"{base}/level") as lvl, open(f"{base}/size") as size:
+                if lvl.read().strip() == str(level):
+                    text = size.read().strip().upper()
+                    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+                    size_bytes = int(text.rstrip("KM")) * scale
+    return size_bytes
+
+
 @functools.cache
 def host_l2_bytes() -> int:
     """This machine's total L2 (per-core size x cores, from sysfs, read once), 2 MiB per core where
     it cannot be read."""
-    per_core = 0
-    with contextlib.suppress(OSError, ValueError):
-        for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")):
-            base = f"/sys/devices/system/cpu/cpu0/cache/{index}"
-            with open(f"{base}/level") as level, open(f"{base}/size") as size:
-                if level.read().strip() == "2":
-                    text = size.read().strip().upper()
-                    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-                    per_core = int(text.rstrip("KM")) * scale
+    per_core = host_cache_bytes(2)
     return (per_core if per_core > 0 else 2 << 20) * (os.cpu_count() or 1)
+
+
+@functools.cache
+def host_llc_bytes() -> int:
+    """The last-level cache the first core shares with the others (its L3 from sysfs, read once; the
+    L2s where there is no L3), DEFAULT_LLC_BYTES where neither can be read."""
+    return host_cache_bytes(3) or host_cache_bytes(2) * (os.cpu_count() or 1) or DEFAULT_LLC_BYTES
 
 
 def init_llvm() -> None:

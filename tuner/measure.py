@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
@@ -36,7 +36,7 @@ import numpy as np
 
 from compiler.errors import ScheduleError
 from compiler.kernels import Candidate, build_candidate
-from compiler.target import Target, host_l2_bytes
+from compiler.target import Target, host_l2_bytes, host_llc_bytes
 from compiler.tir.trace import Trace
 from tuner._measure_child import die_with_parent, measure_child
 from tuner.records import ErrorKind
@@ -49,6 +49,22 @@ def default_rotate_bytes() -> int:
     """Four times this machine's L2s: every buffer of a kernel has left the private caches before it
     is used again."""
     return max(16 << 20, 4 * host_l2_bytes())
+
+
+# a model whose constants outgrow the host's last-level cache reads each kernel's weights from DRAM
+# on every run: its candidates rotate through copies spanning this many times that cache, so each
+# call finds its weights evicted from it too. Timed with the weights in L3, a Winograd kernel whose
+# schedule reuses its transformed weights least measured fastest, and ran slower inside the model
+LLC_SPANS = 2
+
+
+def rotate_bytes_for(task: Task, options: MeasureOptions) -> int:
+    """The span a task's candidates rotate their buffers through: the options' (0 keeps the caches
+    hot), or beyond the last-level cache for the kernels of a model whose constants outgrow it."""
+    llc = host_llc_bytes()
+    if options.rotate_bytes == 0 or task.model_weight_bytes <= llc:
+        return options.rotate_bytes
+    return max(options.rotate_bytes, LLC_SPANS * llc)
 
 
 @dataclass(frozen=True)
@@ -442,6 +458,12 @@ class LocalRunner:
                 ErrorKind.RUNTIME,
                 f"the candidate takes {len(candidate.param_shapes)} buffers, the task has {len(args) + 1}",
             )
+        rotate = rotate_bytes_for(task, self.options)
+        options = (
+            self.options
+            if rotate == self.options.rotate_bytes
+            else replace(self.options, rotate_bytes=rotate)
+        )
         return RunPayload(
             candidate.library,
             candidate.symbol,
@@ -449,6 +471,6 @@ class LocalRunner:
             expected,
             tuple(candidate.param_shapes[-1]),
             candidate.param_dtypes[-1],
-            self.options,
+            options,
             tuple(k for k, name in enumerate(names) if name not in task.workload.const_params),
         )

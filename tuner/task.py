@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from compiler.graph.interpret import run_graph
+from compiler.graph.ir import Const
 from compiler.graph.passes.fuse import Group
 from compiler.kernels import Workload
 from compiler.pipeline import CompileOptions, Frontier, ModelInput, algorithm_alternatives, build_frontier
@@ -29,6 +30,10 @@ class Task:
     weight: int
     flops: int
     alternative_of: str | None = None
+    # the constants of the whole model the task came from, in bytes (0: unknown, a task rebuilt from
+    # its description): each run of a model whose constants outgrow the last-level cache reads every
+    # kernel's weights from DRAM, and the runner times its candidates so (tuner/measure.py)
+    model_weight_bytes: int = 0
 
     @property
     def key(self) -> str:
@@ -74,7 +79,14 @@ def tasks_of(fr: Frontier) -> list[Task]:
         counts[w.key] = counts.get(w.key, 0) + 1
         if w.key not in by_key:
             by_key[w.key] = Task(w.func.name, w, kernel.group, 1, w.flops)
-    return [Task(t.name, t.workload, t.group, counts[k], t.flops) for k, t in by_key.items()]
+    weights = model_weight_bytes(fr)
+    return [Task(t.name, t.workload, t.group, counts[k], t.flops, None, weights) for k, t in by_key.items()]
+
+
+def model_weight_bytes(fr: Frontier) -> int:
+    """Bytes of the constants the kernels of a built model read (each counted once)."""
+    consts = {id(n): n for n in fr.fused.nodes() if isinstance(n, Const)}
+    return sum(c.data.nbytes for c in consts.values())
 
 
 def alternative_tasks(model: ModelInput, options: CompileOptions, fr: Frontier | None = None) -> list[Task]:
@@ -87,11 +99,12 @@ def alternative_tasks(model: ModelInput, options: CompileOptions, fr: Frontier |
         key = kernel.workload.key
         counts[key] = counts.get(key, 0) + 1
     by_key: dict[str, Task] = {}
+    weights = model_weight_bytes(fr)
     for alt in algorithm_alternatives(model, options, fr):
         if alt.twin.key not in by_key:
             mine = alt.kernel.workload.key
             group = alt.twin_kernel.group
             by_key[alt.twin.key] = Task(
-                alt.twin.func.name, alt.twin, group, counts[mine], alt.twin.flops, mine
+                alt.twin.func.name, alt.twin, group, counts[mine], alt.twin.flops, mine, weights
             )
     return list(by_key.values())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from compiler.errors import CompilerError
@@ -9,6 +11,8 @@ from compiler.target import (
     KNOWN_CPUS,
     Target,
     describe_key,
+    host_cache_bytes,
+    host_llc_bytes,
     host_target,
     host_target_of,
     parse_target,
@@ -136,3 +140,30 @@ def test_the_host_needs_only_features_this_machine_reports() -> None:
     except (OSError, StopIteration):
         pytest.skip("no /proc/cpuinfo flags line on this machine")
     assert set(host_target().required_features) <= set(flags)
+
+
+def _sysfs_caches(root: Path, caches: dict[str, tuple[str, str]]) -> str:
+    for index, (level, size) in caches.items():
+        (root / index).mkdir(parents=True)
+        (root / index / "level").write_text(level + "\n")
+        (root / index / "size").write_text(size + "\n")
+    return str(root)
+
+
+def test_cache_sizes_are_read_from_sysfs_by_level(tmp_path: Path) -> None:
+    root = _sysfs_caches(
+        tmp_path / "cache",
+        {"index0": ("1", "32K"), "index1": ("1", "32K"), "index2": ("2", "512K"), "index3": ("3", "32768K")},
+    )
+    assert host_cache_bytes(1, root) == 32 << 10
+    assert host_cache_bytes(2, root) == 512 << 10
+    assert host_cache_bytes(3, root) == 32 << 20
+    assert host_cache_bytes(4, root) == 0  # no such level
+    assert host_cache_bytes(3, str(tmp_path / "missing")) == 0  # nothing to read
+    broken = _sysfs_caches(tmp_path / "broken", {"index0": ("3", "lots")})
+    assert host_cache_bytes(3, broken) == 0
+
+
+def test_the_hosts_last_level_cache_is_its_l3_where_sysfs_lists_one() -> None:
+    l3 = host_cache_bytes(3)
+    assert host_llc_bytes() == l3 if l3 else host_llc_bytes() > 0

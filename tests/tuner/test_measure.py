@@ -12,15 +12,17 @@ import os
 import pickle
 import shutil
 import subprocess
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 
 from compiler.kernels import Candidate, build_candidate, default_schedule
 from compiler.pipeline import CompileOptions
-from compiler.target import Target, host_target
+from compiler.target import Target, host_llc_bytes, host_target
 from compiler.tir.printer import func_str
 from compiler.tir.trace import Trace
 from tests.models.builders import mlp
@@ -36,6 +38,7 @@ from tuner.measure import (
     check_output,
     measure,
     mp_context,
+    rotate_bytes_for,
 )
 from tuner.records import ErrorKind
 from tuner.task import Task, extract_tasks, pack_inputs
@@ -240,3 +243,44 @@ def test_timed_calls_rotate_through_enough_buffer_copies_to_leave_the_caches() -
 def test_runner_needs_one_build_per_input(tasks: list[Task]) -> None:
     with pytest.raises(ValueError, match="build results"):
         LocalRunner().run([MeasureInput(tasks[0])], [])
+
+
+def test_tasks_know_the_bytes_of_their_models_constants(tasks: list[Task]) -> None:
+    # the MLP's two weight matrices and biases (128 -> 128 -> 8), float32
+    assert {t.model_weight_bytes for t in tasks} == {4 * (128 * 128 + 128 + 128 * 8 + 8)}
+
+
+_T = TypeVar("_T")
+
+
+class _RecordingExecutor(ThreadPoolExecutor):
+    """Runs measurements one at a time and keeps the rotation span each was sent with."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.spans: list[int] = []
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
+        self.spans.append(args[0].options.rotate_bytes)
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_model_beyond_the_last_level_cache_is_timed_with_its_weights_out_of_it(
+    tasks: list[Task], target: Target
+) -> None:
+    llc = host_llc_bytes()
+    fits = tasks[0]
+    beyond = dataclasses.replace(fits, model_weight_bytes=llc + 1)
+    assert rotate_bytes_for(fits, FAST) == FAST.rotate_bytes  # the MLP's weights stay in cache
+    assert rotate_bytes_for(beyond, FAST) >= 2 * llc
+    hot = dataclasses.replace(FAST, rotate_bytes=0)
+    assert rotate_bytes_for(beyond, hot) == 0  # rotation off stays off
+    assert rotate_bytes_for(dataclasses.replace(fits, model_weight_bytes=0), FAST) == FAST.rotate_bytes
+
+    inputs = [MeasureInput(fits), MeasureInput(beyond)]
+    with LocalBuilder(target, max_workers=1) as builder, _RecordingExecutor() as executor:
+        builds = builder.build(inputs)
+        results = LocalRunner(FAST, executor=executor).run(inputs, builds)
+        spans = executor.spans
+    assert all(r.ok for r in results), results
+    assert spans == [FAST.rotate_bytes, rotate_bytes_for(beyond, FAST)]
