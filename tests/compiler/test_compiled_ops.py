@@ -159,3 +159,33 @@ def test_a_spatial_transformer_compiles_and_matches(mode: str, padding: str, tmp
     want = run_ort(model, feeds)["y"]
     got = compile_and_run(model, feeds, tmp_path)["y"]
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_survives_hostile_grid_points(mode: str, padding: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Sampling points are run-time data: NaN, infinities and huge coordinates must neither read
+    outside the image nor disturb the other points, which still match onnxruntime."""
+    from onnx import TensorProto, helper
+
+    from tests.compiler.frontend.onnx_check import make_model
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    grid = rng.uniform(-1.3, 1.3, (1, 4, 7, 2)).astype(np.float32)
+    hostile = [np.nan, np.inf, -np.inf, 1e30, -1e30, 3e9, -7e12]
+    spots = [(r, c, axis) for r in range(4) for c in range(7) for axis in range(2)]
+    picked = rng.permutation(len(spots))[: 2 * len(hostile)]
+    for k, spot in enumerate(picked):
+        r, c, axis = spots[spot]
+        grid[0, r, c, axis] = hostile[k % len(hostile)]
+    nodes = [helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=padding)]
+    inputs = {"x": (TensorProto.FLOAT, list(x.shape)), "grid": (TensorProto.FLOAT, list(grid.shape))}
+    model = make_model(nodes, inputs, ["y"], {}, opset=20)
+    feeds = {"x": x, "grid": grid}
+    got = compile_and_run(model, feeds, tmp_path)["y"]
+    want = run_ort(model, feeds)["y"]
+    assert got.shape == want.shape == (1, 2, 4, 7)
+    finite = np.isfinite(grid).all(axis=-1) & (np.abs(grid) < 1e3).all(axis=-1)  # [1, 4, 7]
+    assert finite.sum() >= 14  # most points are ordinary ones
+    np.testing.assert_allclose(got[:, :, finite[0]], want[:, :, finite[0]], atol=1e-5, rtol=1e-5)
