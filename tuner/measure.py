@@ -458,12 +458,7 @@ class LocalRunner:
                 ErrorKind.RUNTIME,
                 f"the candidate takes {len(candidate.param_shapes)} buffers, the task has {len(args) + 1}",
             )
-        rotate = rotate_bytes_for(task, self.options)
-        options = (
-            self.options
-            if rotate == self.options.rotate_bytes
-            else replace(self.options, rotate_bytes=rotate)
-        )
+        options = replace(self.options, rotate_bytes=rotate_bytes_for(task, self.options))
         return RunPayload(
             candidate.library,
             candidate.symbol,

@@ -674,26 +674,18 @@ case("GridSample_opset16_defaults", "GridSample", GS, opset=16)
 case("GridSample_opset16_bicubic", "GridSample", GS, opset=16, mode="bicubic", padding_mode="border")
 case("GridSample_opset16_nearest", "GridSample", GS, opset=16, mode="nearest", align_corners=1)
 
-# a spatial transformer's sampling grid: each image's affine map of the base grid
-for align in (0, 1):
-    case(
-        f"AffineGrid_align{align}",
-        "AffineGrid",
-        {"t": lambda: randn(2, 2, 3)},
-        {"s": ints(2, 3, 5, 7)},
-        opset=20,
-        align_corners=align,
-    )
-# a one-pixel axis: at the image's centre without align_corners, at 1 with it (as onnxruntime puts it)
-for align in (0, 1):
-    case(
-        f"AffineGrid_one_row_align{align}",
-        "AffineGrid",
-        {"t": lambda: randn(2, 2, 3)},
-        {"s": ints(2, 3, 1, 4)},
-        opset=20,
-        align_corners=align,
-    )
+# a spatial transformer's sampling grid: each image's affine map of the base grid; a one-pixel axis
+# sits at the image's centre without align_corners, at 1 with it (as onnxruntime puts it)
+for label, size in (("", (2, 3, 5, 7)), ("_one_row", (2, 3, 1, 4))):
+    for align in (0, 1):
+        case(
+            f"AffineGrid{label}_align{align}",
+            "AffineGrid",
+            {"t": lambda: randn(2, 2, 3)},
+            {"s": ints(*size)},
+            opset=20,
+            align_corners=align,
+        )
 
 # ---- resize -----------------------------------------------------------------------------------------
 RX = {"x": lambda: randn(1, 2, 5, 6)}
