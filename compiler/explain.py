@@ -14,7 +14,7 @@ from typing import Any
 from compiler.graph.ir import Graph
 from compiler.graph.passes import PARTITIONS, Group, implementations
 from compiler.graph.passes.alter_layout import why_planar
-from compiler.graph.passes.conv_algorithm import algorithm_report
+from compiler.graph.passes.conv_algorithm import algorithm_report, flops_bar
 from compiler.graph.passes.pointwise_rows import why_rows
 from compiler.kernels import Kernel, ScheduleSource, family_rule
 from compiler.pipeline import (
@@ -249,7 +249,9 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
                 reason = why_rows(call)
                 verdict = f"keeps its rows: {reason}" if reason else f"runs its {h}x{w} plane as one row"
                 out.setdefault(call.name, []).append(f"pointwise_conv_rows: {verdict}")
-    report = algorithm_report(fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs, fr.winograd_convs)
+    report = algorithm_report(
+        fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs, fr.winograd_convs, flops_bar(fr.target)
+    )
     for name, tile in report["winograd"].items():
         why = "" if name in fr.winograd_convs else " (the rule's conditions hold)"
         out.setdefault(name, []).append(f"conv_algorithm: Winograd {tile}{why}")

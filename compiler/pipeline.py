@@ -28,7 +28,7 @@ from compiler.frontend.onnx import ImportedModel, import_model
 from compiler.graph.ir import Call, Const, Graph
 from compiler.graph.passes import Group, PassContext, check_disabled, graph_passes, partition_pass
 from compiler.graph.passes.alter_layout import layout_report
-from compiler.graph.passes.conv_algorithm import algorithm_report, winograd_candidates
+from compiler.graph.passes.conv_algorithm import algorithm_report, flops_bar, winograd_candidates
 from compiler.graph.passes.fuse import print_fused, view_offset
 from compiler.graph.printer import print_graph
 from compiler.kernels import Kernel, ScheduleChoice, ScheduleSource, Workload, build_kernels, lower_group
@@ -203,7 +203,7 @@ def _optimize(b: Build) -> None:
     if b.schedules is None or b.optimized is None:
         return
     winograd = any(n.op == "conv2d_winograd_nchwc" for n in b.optimized.calls())
-    if not winograd and not winograd_candidates(b.optimized):
+    if not winograd and not winograd_candidates(b.optimized, flops_bar(b.target)):
         return
     # the probe's own lists: its partition must not land in this build's passes
     bare = replace(b.options, overrides={})
@@ -222,7 +222,10 @@ def _run_graph_passes(b: Build, direct_convs: frozenset[str], winograd_convs: fr
     b.after_pass = [("import", graph)]
     b.passes = []
     context = PassContext(
-        channel_block=b.target.lanes("float32"), direct_convs=direct_convs, winograd_convs=winograd_convs
+        channel_block=b.target.lanes("float32"),
+        direct_convs=direct_convs,
+        winograd_convs=winograd_convs,
+        winograd_bar=flops_bar(b.target),
     )
     for name, fn in graph_passes(b.options.opt_level):
         if name not in b.options.disabled_passes:
@@ -392,7 +395,8 @@ def algorithm_alternatives(model: ModelInput, options: CompileOptions, fr: Front
     if wino:
         without = replace(options, disabled_passes=options.disabled_passes | {"conv_algorithm"})
         out += _twins(wino, build_frontier(model, without), "conv2d_nchwc")
-    candidates = winograd_candidates(fr.optimized) if "conv_algorithm" in fr.passes else frozenset()
+    bar = flops_bar(fr.target)
+    candidates = winograd_candidates(fr.optimized, bar) if "conv_algorithm" in fr.passes else frozenset()
     direct = [k for k in fr.kernels if k.group.anchor is not None and k.group.anchor.name in candidates]
     if direct:
         forced = build_frontier(model, options, winograd_convs=candidates)
@@ -425,7 +429,8 @@ def measured_algorithms(
     which inside a deep network stream from DRAM)."""
     if schedules is None:
         return frozenset(), frozenset()
-    candidates = winograd_candidates(fr.optimized) if "conv_algorithm" in fr.passes else frozenset()
+    bar = flops_bar(fr.target)
+    candidates = winograd_candidates(fr.optimized, bar) if "conv_algorithm" in fr.passes else frozenset()
     timed: dict[str, tuple[float | None, float]] = {}  # the rule's kernels: (in model, alone)
     for k in fr.kernels:
         w, anchor = k.workload, k.group.anchor
@@ -595,7 +600,11 @@ def _manifest(fr: Frontier, kernels: list[Kernel], options: CompileOptions) -> d
         "layout": layout_report(fr.optimized, fr.target.lanes("float32"), "alter_layout" in fr.passes),
         # which blocked convs run as Winograd, and why the others stay direct
         "conv_algorithms": algorithm_report(
-            fr.optimized, "conv_algorithm" in fr.passes, fr.direct_convs, fr.winograd_convs
+            fr.optimized,
+            "conv_algorithm" in fr.passes,
+            fr.direct_convs,
+            fr.winograd_convs,
+            flops_bar(fr.target),
         ),
         "inputs": [
             {"name": v.name, "shape": list(v.type.shape), "dtype": v.type.dtype} for v in fr.graph.inputs

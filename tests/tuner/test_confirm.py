@@ -164,7 +164,7 @@ def test_a_direct_twin_faster_alone_runs_direct_only_when_the_whole_model_runs_f
 def test_a_winograd_twin_faster_alone_runs_only_when_the_whole_model_runs_faster_with_it(
     picks_faster: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reverse switch: convs on a 7x7 plane, which the cost rule keeps direct, have Winograd
+    """The reverse switch: convs on a 5x5 plane, which the cost rule keeps direct, have Winograd
     twins; one measured faster alone goes into the picks, and its in-model time is stored only when
     the whole model ran faster with it (a Winograd kernel alone keeps its weights in cache, which
     in place may stream from DRAM). Only then does a compilation run the convs as Winograd."""
@@ -172,7 +172,7 @@ def test_a_winograd_twin_faster_alone_runs_only_when_the_whole_model_runs_faster
     from compiler.graph.passes.conv_algorithm import MEASURED_WINOGRAD
     from tests.tuner.test_scheduler import twin_winograd_model
 
-    model = twin_winograd_model(hw=7).SerializeToString()
+    model = twin_winograd_model(hw=5).SerializeToString()
     db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
     tune(model, CompileOptions(), db, TuneOptions(trials=4, confirm=False))  # every task's default
     untuned = compile_model(model, CompileOptions(), DatabaseSource(db)).manifest["conv_algorithms"]
@@ -197,7 +197,7 @@ def test_a_winograd_twin_faster_alone_runs_only_when_the_whole_model_runs_faster
         )
     else:
         assert not algorithms["winograd"] and len(algorithms["direct"]) == 2
-    _runs_like_onnxruntime(compiled, model, 7, tmp_path)
+    _runs_like_onnxruntime(compiled, model, 5, tmp_path)
 
 
 def _confirmed_with_verdict(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from compiler.graph.ir import Graph
 from compiler.graph.passes import alter_layout, conv_algorithm, pointwise_matmul
 from compiler.graph.passes.alter_layout import alter_conv_layout
-from compiler.graph.passes.conv_algorithm import choose_conv_algorithm
+from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, choose_conv_algorithm
 from compiler.graph.passes.eliminate import common_subexpression_elimination, dead_code_elimination
 from compiler.graph.passes.fold_batch_norm import fold_batch_norm
 from compiler.graph.passes.fold_constants import fold_constants
@@ -34,6 +34,8 @@ class PassContext:
     direct_convs: frozenset[str] = frozenset()
     # convs that run as Winograd though the cost rule keeps them direct: tuning measured them faster so
     winograd_convs: frozenset[str] = frozenset()
+    # FLOPs Winograd must save per weight byte it adds on the target (conv_algorithm.flops_bar)
+    winograd_bar: float = MIN_FLOPS_SAVED_PER_BYTE
 
 
 Pass = Callable[[Graph, PassContext], Graph]
@@ -58,7 +60,7 @@ def _alter_layout(graph: Graph, ctx: PassContext) -> Graph:
 
 
 def _conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:
-    return choose_conv_algorithm(graph, ctx.direct_convs, ctx.winograd_convs)
+    return choose_conv_algorithm(graph, ctx.direct_convs, ctx.winograd_convs, ctx.winograd_bar)
 
 
 _LEVEL_0: list[tuple[str, Pass]] = [

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of
 from compiler.ops.conv2d_winograd import KERNEL, axis_tiles, transform_weight
+from compiler.target import Target
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
 REWRITES = {"conv2d_nchwc": "conv2d_winograd_nchwc"}
@@ -44,18 +45,36 @@ MIN_OUTPUT = 4
 # F(m x m) are (m+2)^2 / 9 times the direct conv's, read once per run of the model, mostly from DRAM
 # in a deep network. A conv with few output tiles (a small plane) saves little per weight byte, and
 # the bytes cost more than the arithmetic saved. The bar sits at about the FLOPs a 2-core x86 machine
-# does in the time it streams one byte from DRAM, with some margin.
+# with two 512-bit FMAs per core does in the time it streams one byte from DRAM, with some margin; a
+# core doing fewer FLOPs per cycle has its bar scaled down in proportion (`flops_bar`).
 MIN_FLOPS_SAVED_PER_BYTE = 16
+# the FLOPs per cycle per core the bar above is set for: two 512-bit FMAs (2 x 16 lanes x 2 FLOPs)
+BAR_FLOPS_PER_CYCLE = 64
 MEASURED_FASTER = "tuning measured its direct kernel faster than its Winograd kernel"
 MEASURED_WINOGRAD = "tuning measured it faster than its direct kernel"
 
 
+def flops_bar(target: Target | None) -> float:
+    """The FLOPs Winograd must save per weight byte it adds, on `target`: MIN_FLOPS_SAVED_PER_BYTE
+    scaled by the FLOPs its cores start per cycle (vector lanes x FMAs per cycle) against the bar's
+    BAR_FLOPS_PER_CYCLE. DRAM streams about as many bytes per cycle to a 256-bit core as to a 512-bit
+    one, while the narrower core does half the arithmetic in that time: the products a transformed
+    weight byte saves are worth twice as much there (None: the bar as it stands)."""
+    if target is None:
+        return MIN_FLOPS_SAVED_PER_BYTE
+    per_cycle = 2 * target.lanes("float32") * target.fma_per_cycle
+    return MIN_FLOPS_SAVED_PER_BYTE * min(1.0, per_cycle / BAR_FLOPS_PER_CYCLE)
+
+
 def why_direct(
-    call: Call, keep_direct: frozenset[str] = frozenset(), winograd: frozenset[str] = frozenset()
+    call: Call,
+    keep_direct: frozenset[str] = frozenset(),
+    winograd: frozenset[str] = frozenset(),
+    bar: float = MIN_FLOPS_SAVED_PER_BYTE,
 ) -> str | None:
     """None when this conv2d_nchwc can run as Winograd, else why it stays direct (`keep_direct`:
     the convs that tuning measured faster direct; `winograd`: those it measured faster as Winograd,
-    which the cost rule no longer keeps direct)."""
+    which the cost rule no longer keeps direct; `bar`: the target's FLOPs per weight byte, flops_bar)."""
     reason = _structural_reason(call)
     if reason is not None:
         return reason
@@ -63,7 +82,7 @@ def why_direct(
         return MEASURED_FASTER
     if call.name in winograd:
         return None
-    return _cost_reason(call)
+    return _cost_reason(call, bar)
 
 
 def _structural_reason(call: Call) -> str | None:
@@ -97,31 +116,30 @@ def _structural_reason(call: Call) -> str | None:
     return None
 
 
-def _cost_reason(call: Call) -> str | None:
+def _cost_reason(call: Call, bar: float) -> str | None:
     """Why the cost rule keeps a conv that could run as Winograd direct (None: it does not)."""
     ocb, icb, _, _, ib, ob = call.args[1].type.shape
     oh, ow = call.type.shape[2], call.type.shape[3]
     d = _dilations(call)
     m = tile_for(call)
     saved = flops_saved_per_byte(icb * ib, ocb * ob, oh, ow, m, d)
-    if saved < MIN_FLOPS_SAVED_PER_BYTE:
+    if saved < bar:
         dilated = f" dilated by {d[0]}x{d[1]}" if d != (1, 1) else ""
         return (
             f"F({m}x{m}) would save {saved:.1f} FLOPs per byte its transformed weights add, under "
-            f"{MIN_FLOPS_SAVED_PER_BYTE} (a {oh}x{ow} output{dilated} has too few tiles to pay for reading "
-            "them)"
+            f"{bar:g} (a {oh}x{ow} output{dilated} has too few tiles to pay for reading them)"
         )
     return None
 
 
-def winograd_candidates(graph: Graph) -> frozenset[str]:
-    """The blocked convs of `graph` that only the cost rule keeps direct: Winograd kernels tuning may
-    measure against them (whether the FLOPs saved pay for the weight bytes added depends on the
-    CPU's arithmetic against its memory)."""
+def winograd_candidates(graph: Graph, bar: float = MIN_FLOPS_SAVED_PER_BYTE) -> frozenset[str]:
+    """The blocked convs of `graph` that only the cost rule (at `bar`) keeps direct: Winograd kernels
+    tuning may measure against them (whether the FLOPs saved pay for the weight bytes added depends
+    on the CPU's arithmetic against its memory)."""
     return frozenset(
         c.name
         for c in graph.calls()
-        if c.op == "conv2d_nchwc" and _structural_reason(c) is None and _cost_reason(c) is not None
+        if c.op == "conv2d_nchwc" and _structural_reason(c) is None and _cost_reason(c, bar) is not None
     )
 
 
@@ -173,11 +191,15 @@ def tile_cost(oh: int, ow: int, m: int, dilations: tuple[int, int] = (1, 1)) -> 
 
 
 def choose_conv_algorithm(
-    graph: Graph, keep_direct: frozenset[str] = frozenset(), winograd: frozenset[str] = frozenset()
+    graph: Graph,
+    keep_direct: frozenset[str] = frozenset(),
+    winograd: frozenset[str] = frozenset(),
+    bar: float = MIN_FLOPS_SAVED_PER_BYTE,
 ) -> Graph:
-    """Rewrite every conv2d_nchwc the rule admits into conv2d_winograd_nchwc (weights transformed),
-    but those named in `keep_direct`; those named in `winograd` need only the structural rules."""
-    if not any(why_direct(c, keep_direct, winograd) is None for c in graph.calls()):
+    """Rewrite every conv2d_nchwc the rule (at `bar`, flops_bar) admits into conv2d_winograd_nchwc
+    (weights transformed), but those named in `keep_direct`; those named in `winograd` need only the
+    structural rules."""
+    if not any(why_direct(c, keep_direct, winograd, bar) is None for c in graph.calls()):
         return graph
     made: dict[int, Expr] = {}
 
@@ -188,7 +210,7 @@ def choose_conv_algorithm(
         if not isinstance(node, Call):
             continue
         args = tuple(rebuilt(a) for a in node.args)
-        if why_direct(node, keep_direct, winograd) is None:
+        if why_direct(node, keep_direct, winograd, bar) is None:
             w = node.args[1]
             assert isinstance(w, Const)
             m = tile_for(node)
@@ -206,6 +228,7 @@ def algorithm_report(
     ran: bool,
     keep_direct: frozenset[str] = frozenset(),
     winograd: frozenset[str] = frozenset(),
+    bar: float = MIN_FLOPS_SAVED_PER_BYTE,
 ) -> dict[str, dict[str, str]]:
     """For the manifest: which blocked convs run as Winograd (with their tile, and the measurement
     when one made them so) and why the others stay direct."""
@@ -216,5 +239,7 @@ def algorithm_report(
             winograd_tiles[c.name] = f"{tile}: {MEASURED_WINOGRAD}" if c.name in winograd else tile
     not_run = "the conv_algorithm pass did not run (opt level or disabled)"
     blocked = [c for c in optimized.calls() if c.op == "conv2d_nchwc"]
-    direct = {c.name: (why_direct(c, keep_direct, winograd) if ran else None) or not_run for c in blocked}
+    direct = {
+        c.name: (why_direct(c, keep_direct, winograd, bar) if ran else None) or not_run for c in blocked
+    }
     return {"winograd": winograd_tiles, "direct": direct}
