@@ -54,14 +54,12 @@ MEASURED_FASTER = "tuning measured its direct kernel faster than its Winograd ke
 MEASURED_WINOGRAD = "tuning measured it faster than its direct kernel"
 
 
-def flops_bar(target: Target | None) -> float:
+def flops_bar(target: Target) -> float:
     """The FLOPs Winograd must save per weight byte it adds, on `target`: MIN_FLOPS_SAVED_PER_BYTE
     scaled by the FLOPs its cores start per cycle (vector lanes x FMAs per cycle) against the bar's
     BAR_FLOPS_PER_CYCLE. DRAM streams about as many bytes per cycle to a 256-bit core as to a 512-bit
     one, while the narrower core does half the arithmetic in that time: the products a transformed
-    weight byte saves are worth twice as much there (None: the bar as it stands)."""
-    if target is None:
-        return MIN_FLOPS_SAVED_PER_BYTE
+    weight byte saves are worth twice as much there."""
     per_cycle = 2 * target.lanes("float32") * target.fma_per_cycle
     return MIN_FLOPS_SAVED_PER_BYTE * min(1.0, per_cycle / BAR_FLOPS_PER_CYCLE)
 
