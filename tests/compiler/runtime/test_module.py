@@ -283,3 +283,39 @@ def test_a_library_with_the_step_runner_runs_the_plan_in_one_call(tmp_path: Path
     for name, want in tiny.reference(x).items():
         np.testing.assert_array_equal(load(with_runner).run({"x": x})[name], want)
         np.testing.assert_array_equal(load(without).run({"x": x})[name], want)
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping of this process that holds `address` (Linux's /proc/self/smaps)."""
+    mapping = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(" ", 1)[0]
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            mapping = lo <= address < hi
+        elif mapping and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize("nbytes", [1, 4096 + 3, module_py.HUGE_PAGE, 5 * module_py.HUGE_PAGE + 64])
+def test_buffers_are_aligned_zeroed_and_writable(nbytes: int) -> None:
+    buffer = module_py._aligned_bytes(nbytes)
+    assert buffer.nbytes == nbytes and buffer.dtype == np.uint8
+    assert buffer.ctypes.data % module_py.ALIGN == 0
+    assert not buffer.any()
+    buffer[:] = 7  # writable to its last byte
+    assert int(buffer[-1]) == 7
+
+
+def test_large_buffers_ask_for_huge_pages() -> None:
+    """Weights of a few MiB and more lie on huge-page boundaries, in memory marked for transparent huge
+    pages (VmFlags "hg"), so the OS may back their streams with 2 MiB pages; small buffers are not."""
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not thp.exists() or "[never]" in thp.read_text() or not hasattr(module_py.mmap, "MADV_HUGEPAGE"):
+        pytest.skip("this kernel has no transparent huge pages to ask for")
+    large = module_py._aligned_bytes(3 * module_py.HUGE_PAGE + 100)
+    assert large.ctypes.data % module_py.HUGE_PAGE == 0
+    assert "hg" in _vm_flags(large.ctypes.data)
+    small = module_py._aligned_bytes(module_py.HUGE_PAGE // 2)
+    assert "hg" not in _vm_flags(small.ctypes.data)
