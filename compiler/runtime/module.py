@@ -54,9 +54,10 @@ def _aligned_bytes(nbytes: int) -> np.ndarray:
 def _huge_page_bytes(nbytes: int) -> np.ndarray:
     """A zeroed uint8 array of `nbytes` starting on a HUGE_PAGE boundary, in private anonymous memory
     the OS is asked to back with transparent huge pages. A model's weights are read as long streams
-    on every run: with 4 KiB pages each 4 KiB of a stream costs a TLB miss, and the hardware
-    prefetchers stop at every page's end. Where the kernel has transparent huge pages switched off,
-    madvise fails and the memory keeps its small pages (same contents, only slower)."""
+    on every run, and its activations by every kernel: with 4 KiB pages each 4 KiB of a stream
+    costs a TLB miss (a page walk, for a software prefetch too), with 2 MiB pages one in 512 of
+    them does. Where the kernel has transparent huge pages switched off, madvise fails and the
+    memory keeps its small pages (same contents, only slower)."""
     region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     raw = np.frombuffer(region, dtype=np.uint8)  # holds `region` open as long as any view of it
     start = -raw.ctypes.data % HUGE_PAGE
