@@ -27,6 +27,7 @@ from compiler.frontend import (
     convert_math,
     convert_nn,
     convert_recurrent,
+    convert_signal,
     convert_tensor,
     convert_transformer,
     guard,
@@ -53,6 +54,7 @@ CONVERTERS: dict[str, OpConverter] = {
     **convert_attention.CONVERTERS,
     **convert_transformer.CONVERTERS,
     **convert_recurrent.CONVERTERS,
+    **convert_signal.CONVERTERS,
 }
 # Ops never folded even when their inputs are constant.
 _NEVER_FOLD = {

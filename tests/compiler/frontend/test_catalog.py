@@ -20,8 +20,9 @@ OPS = supported_ops()
 BY_NAME = {op.name: op for op in OPS}
 X = helper.make_tensor_type_proto(TensorProto.FLOAT, [1, 4, 4, 4])
 # ops of one required input that one float input does not make valid ONNX of: ConstantOfShape reads a
-# shape, Resize needs scales or sizes, Split (from opset 18) num_outputs
-NOT_ONE_INPUT = {"ConstantOfShape", "Resize", "Split"}
+# shape, DFT a signal whose last axis holds 1 or 2 parts, Resize needs scales or sizes, Split (from
+# opset 18) num_outputs (tests/compiler/frontend/test_convert_signal.py imports DFT at both ends)
+NOT_ONE_INPUT = {"ConstantOfShape", "DFT", "Resize", "Split"}
 
 
 def _one_input(schema: onnx.defs.OpSchema) -> bool:

@@ -1,0 +1,204 @@
+"""DFT, compiled and run, against numpy's FFT in float64 (the transform's definition, which ONNX's
+reference implementation matches exactly) and against onnxruntime; and every node it refuses, named.
+
+onnxruntime's float32 FFT is less exact than temper's matrix (whose coefficients are rounded from
+float64 once): the comparisons with it allow its own error, a few 1e-5 of the spectrum's magnitude.
+For an inverse one-sided transform whose half spectrum does not have dft_length / 2 + 1 bins,
+onnxruntime pads or cuts differently from the ONNX reference; temper follows the reference there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from compiler.errors import CompilerError, UnsupportedOpError
+from compiler.frontend.convert_signal import MAX_DFT_MATRIX_ELEMENTS
+from compiler.frontend.onnx import load_onnx
+from tests.compiler.frontend.onnx_check import make_model, run_ort
+from tests.compiler.test_compiled_ops import compile_and_run
+
+
+def _model(
+    shape: tuple[int, ...],
+    *,
+    axis: int = 1,
+    n: int | None = None,
+    inverse: int = 0,
+    onesided: int = 0,
+    opset: int = 17,
+    dtype: int = TensorProto.FLOAT,
+):  # type: ignore[no-untyped-def]
+    """One DFT node on a signal x of `shape`; dft_length (and, from opset 20, the axis) as constants."""
+    inputs, inits = ["x", "n" if n is not None else ""], {}
+    if n is not None:
+        inits["n"] = np.array(n, np.int64)
+    attrs: dict[str, int] = {"inverse": inverse, "onesided": onesided}
+    if opset >= 20:
+        inputs.append("axis")
+        inits["axis"] = np.array(axis, np.int64)
+    else:
+        attrs["axis"] = axis
+    node = helper.make_node("DFT", inputs, ["y"], name="the_dft", **attrs)
+    return make_model([node], {"x": (dtype, shape)}, ["y"], inits, opset=opset)
+
+
+def _numpy_dft(x: np.ndarray, axis: int, n: int | None, inverse: bool, onesided: bool) -> np.ndarray:
+    """The transform in float64 by numpy: [..., parts] in, [..., 2] (or [..., 1] for an IRFFT) out."""
+    axis = axis + x.ndim if axis < 0 else axis
+    signal = x[..., 0].astype(np.float64)
+    if x.shape[-1] == 2:
+        signal = signal + 1j * x[..., 1]
+    if inverse and onesided:
+        return np.fft.irfft(signal, n=n, axis=axis)[..., None]
+    if onesided:
+        spectrum = np.fft.rfft(signal, n=n, axis=axis)
+    else:
+        spectrum = (np.fft.ifft if inverse else np.fft.fft)(signal, n=n, axis=axis)
+    return np.stack([spectrum.real, spectrum.imag], axis=-1)
+
+
+def _cases(count: int, seed: int) -> list[tuple[tuple[int, ...], int, int | None, int, int, int]]:
+    """Random (shape, axis, dft_length, inverse, onesided, opset): real and complex signals of rank
+    3 and 4, every axis, lengths kept, padded and cut, both ONNX spellings of the axis."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        rank = int(rng.integers(3, 5))
+        inverse, onesided = int(rng.integers(0, 2)), int(rng.integers(0, 2))
+        parts = 2 if (inverse and onesided) or (not onesided and rng.random() < 0.5) else 1
+        shape = (*(int(d) for d in rng.integers(1, 9, rank - 1)), parts)
+        axis = int(rng.integers(0, rank - 1))
+        if rng.random() < 0.5:
+            axis -= rank
+        n = None if rng.random() < 0.4 else int(rng.integers(1, 13))
+        if inverse and onesided and n is None and shape[axis] < 2:
+            n = 2  # the default length 2 (bins - 1) needs two bins at least
+        opset = 17 if rng.random() < 0.5 else 20
+        out.append((shape, axis, n, inverse, onesided, opset))
+    return out
+
+
+@pytest.mark.parametrize(("shape", "axis", "n", "inverse", "onesided", "opset"), _cases(24, seed=5))
+def test_random_dfts_match_numpy_and_onnxruntime(
+    shape: tuple[int, ...], axis: int, n: int | None, inverse: int, onesided: int, opset: int, tmp_path: Path
+) -> None:
+    x = np.random.default_rng(len(shape) + axis).standard_normal(shape).astype(np.float32)
+    model = _model(shape, axis=axis, n=n, inverse=inverse, onesided=onesided, opset=opset)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    want = _numpy_dft(x, axis, n, bool(inverse), bool(onesided))
+    assert got.shape == want.shape and got.dtype == np.float32
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, atol=2e-6 * scale, rtol=0)
+    bins = shape[axis]
+    if inverse and onesided and n is not None and bins != n // 2 + 1:
+        return  # onnxruntime pads or cuts such a half spectrum otherwise (module docstring)
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})["y"], atol=1e-4 * scale, rtol=0)
+
+
+@pytest.mark.parametrize("length", [400, 512, 1024])
+def test_audio_frame_lengths_are_more_exact_than_onnxruntime(length: int, tmp_path: Path) -> None:
+    """Real frames of a speech front end's sizes, one-sided: within float32 rounding of the exact
+    spectrum, and no further from it than onnxruntime's."""
+    x = np.random.default_rng(length).standard_normal((3, length, 1)).astype(np.float32)
+    model = _model(x.shape, onesided=1, opset=20)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    want = _numpy_dft(x, 1, None, False, True)
+    theirs = run_ort(model, {"x": x})["y"]
+    ours_error, their_error = np.abs(got - want).max(), np.abs(theirs - want).max()
+    assert ours_error <= 1e-6 * np.abs(want).max() * np.sqrt(length)
+    assert ours_error <= their_error * 1.5
+
+
+def test_a_float16_signal_is_transformed_in_float16(tmp_path: Path) -> None:
+    x = np.random.default_rng(1).standard_normal((2, 33, 2)).astype(np.float16)
+    model = _model(x.shape, dtype=TensorProto.FLOAT16)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    assert got.dtype == np.float16
+    want = _numpy_dft(x, 1, None, False, False)
+    np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max(), rtol=0)
+
+
+def test_dft_imports_at_both_ends_of_its_opsets_and_not_before() -> None:
+    from compiler.errors import ModelError
+    from compiler.frontend.catalog import supported_ops
+    from compiler.frontend.onnx import import_model
+
+    (op,) = [o for o in supported_ops() if o.name == "DFT"]
+    for opset in (op.min_opset, op.max_opset):
+        model = _model((1, 8, 1), opset=min(opset, 24))  # the axis an input as from opset 20
+        model.opset_import[0].version, model.ir_version = opset, onnx.IR_VERSION
+        imported = import_model(model.SerializeToString())
+        assert imported.opset == opset and imported.graph.outputs
+    model = _model((1, 8, 1), opset=op.min_opset)
+    model.opset_import[0].version = op.min_opset - 1  # the same node where ONNX had no DFT
+    with pytest.raises(ModelError, match="checker"):
+        import_model(model.SerializeToString())
+
+
+def _unchecked(shape: tuple[int, ...], inputs: list[str], inits: list[onnx.TensorProto], **attrs: int):  # type: ignore[no-untyped-def]
+    """One DFT node, its output's dims left symbolic (no shape inference when built)."""
+    node = helper.make_node("DFT", inputs, ["y"], name="the_dft", **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [f"d{i}" for i in range(len(shape))])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+# an axis out of range, as ONNX's shape inference or temper's own check words it
+OUTSIDE = "(invalid for a tensor|outside a signal)"
+
+
+@pytest.mark.parametrize(
+    ("shape", "attrs", "message"),
+    [
+        ((2, 8, 2), {"onesided": 1}, "one-sided DFT (requires|needs a) real"),
+        ((2, 8, 1), {"onesided": 1, "inverse": 1}, "inverse one-sided DFT (requires|needs a) complex"),
+        ((2, 8, 3), {}, r"signal \[\.\.\., 1\] \(real\) or \[\.\.\., 2\] \(complex\), got shape \[2, 8, 3\]"),
+        ((2, 8, 1), {"axis": 2}, f"axis (attribute value )?2 is {OUTSIDE} of rank 3"),
+        ((2, 8, 1), {"axis": -4}, f"axis (attribute value )?-4 is {OUTSIDE} of rank 3"),
+        ((2, 8, 1), {"n": 0}, "DFT length must be at least 1, got 0"),
+        ((1, 4096, 2), {}, f"DFT of 4096 points over 4096 samples .* {MAX_DFT_MATRIX_ELEMENTS} elements"),
+    ],
+)
+def test_a_dft_temper_cannot_compute_is_refused_naming_the_node(
+    shape: tuple[int, ...], attrs: dict[str, int], message: str
+) -> None:
+    """By ONNX's shape inference (which the importer runs) or by temper's own checks, a typed error
+    naming the node and what is wrong with it."""
+    inputs, inits = ["x", "n" if "n" in attrs else ""], []
+    if "n" in attrs:
+        inits.append(helper.make_tensor("n", TensorProto.INT64, [], [attrs.pop("n")]))
+    with pytest.raises(CompilerError, match=message) as caught:
+        load_onnx(_unchecked(shape, inputs, inits, **attrs).SerializeToString())
+    assert "the_dft" in str(caught.value)
+
+
+def test_a_dft_length_computed_at_run_time_is_refused_before_conversion() -> None:
+    model = _unchecked((2, 8, 1), ["x", "n"], [])
+    model.graph.input.append(helper.make_tensor_value_info("n", TensorProto.INT64, []))
+    with pytest.raises(UnsupportedOpError, match="dft_length computed at run time"):
+        load_onnx(model.SerializeToString())
+
+
+def test_the_transform_matrices_count_against_the_models_constant_budget() -> None:
+    """Each matrix is bounded by MAX_DFT_MATRIX_ELEMENTS and all of them together by the limits of the
+    model's constants: a hostile model of many DFT nodes cannot make the compiler allocate without bound."""
+    from compiler.limits import Limits
+
+    nodes = [helper.make_node("DFT", ["x"], [f"y{i}"], name=f"dft_{i}", axis=1) for i in range(3)]
+    outputs = [f"y{i}" for i in range(3)]
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, (2, 16, 1))}, outputs)
+    per_node = 16 * 1 * 16 * 2
+    assert load_onnx(model.SerializeToString(), limits=Limits(total_constant_elements=3 * per_node)).outputs
+    with pytest.raises(CompilerError, match="outgrows the model's constant budget") as caught:
+        load_onnx(model.SerializeToString(), limits=Limits(total_constant_elements=2 * per_node + 1))
+    assert "dft_2" in str(caught.value)
