@@ -1,4 +1,4 @@
-"""ONNX DFT as a matrix product with a transform matrix built at compile time.
+"""ONNX DFT and STFT as products with a transform matrix built at compile time.
 
 The discrete Fourier transform along one axis of a real ([..., 1]) or complex ([..., 2]) signal is
 linear in the signal, so it is one matmul: the signal's axis and its real/imaginary pair, moved last
@@ -9,6 +9,9 @@ product does O(N^2) work per signal where an FFT does O(N log N), but it runs as
 matmul over every signal at once, and the frame lengths of audio front ends (hundreds to a few
 thousand samples) keep the matrix small. A length whose matrix would exceed MAX_DFT_MATRIX_ELEMENTS
 is refused, naming the node.
+
+STFT is the same transform of windowed frames: a strided convolution whose filters are the matrix's
+rows scaled by the window (`_stft`).
 """
 
 from __future__ import annotations
@@ -126,6 +129,70 @@ def _dft(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit("transpose", [spectrum], perm=back)]
 
 
+def _stft(ctx: NodeContext) -> Sequence[Expr]:
+    """Frames of frame_length samples every frame_step, windowed and transformed: a strided 1-D
+    convolution of the signal with the windowed transform's rows as its filters, one output channel
+    per bin and part (conv2d over a [batch, parts, 1, length] image with [bins * 2, parts, 1, frame]
+    filters), so the frames are never copied out."""
+    x = ctx.arg(0)
+    shape = x.type.shape
+    if x.type.ndim == 2:  # [batch, length]: a real signal, as PyTorch's exporter writes it
+        shape = (*shape, 1)
+    if len(shape) != 3 or shape[-1] not in (1, 2):
+        raise ctx.error(f"STFT needs a signal [batch, length, 1 or 2], got shape {list(x.type.shape)}")
+    if not x.type.dtype.startswith("float"):
+        raise ctx.error(f"STFT of a {x.type.dtype} signal (a float type is needed)")
+    batch, length, parts = shape
+    (step,) = ctx.ints(1, "STFT's frame_step") or [0]
+    window = ctx.const(2, "STFT's window")
+    given = ctx.ints(3, "STFT's frame_length")
+    if window is not None and window.ndim != 1:
+        raise ctx.error(f"STFT's window must be one-dimensional, got shape {list(window.shape)}")
+    if window is not None and given and given[0] != window.shape[0]:
+        raise ctx.error(f"STFT's frame_length {given[0]} differs from its window's length {window.shape[0]}")
+    frame = window.shape[0] if window is not None else (given[0] if given else 0)
+    if step < 1 or frame < 1:
+        raise ctx.error(f"STFT needs a frame_step and a frame length of at least 1, got {step} and {frame}")
+    if frame > length:
+        raise ctx.error(f"STFT frames of {frame} samples do not fit a signal of {length}")
+    onesided = bool(ctx.attr("onesided", 1))
+    if onesided and parts == 2:
+        raise ctx.error("a one-sided STFT needs a real signal ([..., 1])")
+    bins = frame // 2 + 1 if onesided else frame
+    elements = frame * parts * bins * 2
+    if elements > MAX_DFT_MATRIX_ELEMENTS:
+        raise ctx.error(
+            f"STFT frames of {frame} samples need a transform matrix of {elements} elements; "
+            f"temper computes them as a dense product, up to {MAX_DFT_MATRIX_ELEMENTS} elements"
+        )
+    if not ctx.budget.fold(elements):
+        raise ctx.error(
+            f"STFT's transform matrix of {elements} elements outgrows the model's constant budget"
+        )
+    rows = dft_matrix(frame, frame, bins, parts == 2, inverse=False).reshape(frame, parts, bins, 2)
+    if window is not None:
+        rows = rows * window.astype(np.float64)[:, None, None, None]
+    filters = rows.transpose(2, 3, 1, 0).reshape(bins * 2, parts, 1, frame)
+    filters = filters.astype(np.float32 if x.type.dtype == "float16" else x.type.dtype)
+    image = ctx.emit("transpose", [x], perm=(0, 2, 1)) if parts == 2 else x
+    image = ctx.emit("reshape", [image], shape=(batch, parts, 1, length))
+    weight = ctx.new_const(filters, name=f"{ctx.name}.stft_filters")
+    y = ctx.emit("conv2d", [image, weight], strides=(1, step), pads=(0, 0, 0, 0), dilations=(1, 1), groups=1)
+    frames = (length - frame) // step + 1
+    y = ctx.emit("reshape", [y], shape=(batch, bins, 2, frames))
+    return [ctx.emit("transpose", [y], perm=(0, 3, 1, 2))]
+
+
+def _check_stft(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """STFT with its frame_step, window and frame_length known at compile time."""
+    if node.op_type != "STFT":
+        return None
+    for index, what in ((1, "frame_step"), (2, "window"), (3, "frame_length")):
+        if len(node.input) > index and node.input[index] and node.input[index] not in info.consts:
+            return f"STFT with a {what} computed at run time"
+    return None
+
+
 def _check_dft(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
     """DFT with its dft_length (and, from opset 20, its axis) known at compile time."""
     if node.op_type != "DFT":
@@ -138,4 +205,7 @@ def _check_dft(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> s
     return None
 
 
-CONVERTERS: dict[str, OpConverter] = {"DFT": OpConverter(_dft, _check_dft)}
+CONVERTERS: dict[str, OpConverter] = {
+    "DFT": OpConverter(_dft, _check_dft),
+    "STFT": OpConverter(_stft, _check_stft),
+}

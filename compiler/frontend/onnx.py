@@ -107,7 +107,7 @@ def import_model(
         raise ModelError(f"model fails the ONNX checker: {_first_line(e)}") from None
     except (ValueError, RuntimeError, UnicodeError) as e:  # the checker's other ways of saying no
         raise ModelError(f"model fails the ONNX checker: {type(e).__name__}: {_first_line(e)}") from None
-    native = to_native_opset(proto, declared)
+    native = spell_out_defaults(to_native_opset(proto, declared))
     if native is not proto:
         proto, skeleton = native, without_large_weights(native)
     opset = _default_opset(proto)
@@ -126,6 +126,30 @@ def import_model(
     inputs = bind_inputs(proto.graph, shapes or {})
     nodes = tuple((n.name, n.op_type) for n in proto.graph.node if n.name)
     return ImportedModel(_convert(proto.graph, inputs, opset, Budget(limits)), declared, nodes)
+
+
+# attribute defaults that ONNX's shape inference reads otherwise than the op's definition (it takes
+# an STFT without `onesided` as two-sided, where the default is one-sided, and then refuses the
+# model's own declared output shape): spelled out before inference, which changes no meaning
+SPELLED_DEFAULTS: dict[str, dict[str, int]] = {"STFT": {"onesided": 1}}
+
+
+def spell_out_defaults(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with the SPELLED_DEFAULTS its main graph's nodes leave out written into them (itself
+    when none is missing; the caller's model is never changed)."""
+    missing = [
+        (i, name, value)
+        for i, node in enumerate(proto.graph.node)
+        for name, value in SPELLED_DEFAULTS.get(node.op_type, {}).items()
+        if node.domain in DEFAULT_DOMAINS and all(a.name != name for a in node.attribute)
+    ]
+    if not missing:
+        return proto
+    spelled = onnx.ModelProto()
+    spelled.CopyFrom(proto)
+    for i, name, value in missing:
+        spelled.graph.node[i].attribute.append(helper.make_attribute(name, value))
+    return spelled
 
 
 SKELETON_MIN_BYTES = 1 << 16

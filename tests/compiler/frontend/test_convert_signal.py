@@ -202,3 +202,189 @@ def test_the_transform_matrices_count_against_the_models_constant_budget() -> No
     with pytest.raises(CompilerError, match="outgrows the model's constant budget") as caught:
         load_onnx(model.SerializeToString(), limits=Limits(total_constant_elements=2 * per_node + 1))
     assert "dft_2" in str(caught.value)
+
+
+# -- STFT ---------------------------------------------------------------------------------------------
+
+
+def _stft_model(
+    x_shape: tuple[int, ...], step: int, frame: int | None, window: np.ndarray | None, onesided: int
+):  # type: ignore[no-untyped-def]
+    """One STFT node; frame_step, the window and frame_length (each when given) as constants."""
+    inputs, inits = ["x", "step", "", ""], {"step": np.array(step, np.int64)}
+    if window is not None:
+        inputs[2], inits["window"] = "window", window
+    if frame is not None:
+        inputs[3], inits["frame"] = "frame", np.array(frame, np.int64)
+    while not inputs[-1]:
+        inputs.pop()
+    node = helper.make_node("STFT", inputs, ["y"], name="the_stft", onesided=onesided)
+    return make_model([node], {"x": (TensorProto.FLOAT, x_shape)}, ["y"], inits, opset=17)
+
+
+def _numpy_stft(
+    x: np.ndarray, step: int, frame: int, window: np.ndarray | None, onesided: bool
+) -> np.ndarray:
+    """[batch, frames, bins, 2] in float64: frames every `step` samples, windowed, transformed."""
+    signal = x.astype(np.float64) if x.ndim == 2 else x[..., 0].astype(np.float64)
+    if x.ndim == 3 and x.shape[-1] == 2:
+        signal = signal + 1j * x[..., 1]
+    count = (signal.shape[1] - frame) // step + 1
+    frames = signal[:, np.arange(count)[:, None] * step + np.arange(frame)[None, :]]
+    if window is not None:
+        frames = frames * window.astype(np.float64)
+    spectrum = np.fft.rfft(frames, axis=-1) if onesided else np.fft.fft(frames, axis=-1)
+    return np.stack([spectrum.real, spectrum.imag], axis=-1)
+
+
+def _stft_cases(count: int, seed: int) -> list[tuple[tuple[int, ...], int, int, str, int]]:
+    """Random (signal shape, frame_step, frame length, how the length is given, onesided): real
+    signals of rank 2 and 3, complex ones, steps shorter and longer than the frames."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        frame = int(rng.integers(1, 33))
+        length = frame + int(rng.integers(0, 80))
+        onesided = int(rng.integers(0, 2))
+        parts = 1 if onesided or rng.random() < 0.5 else 2
+        shape = (int(rng.integers(1, 4)), length) + (() if parts == 1 and rng.random() < 0.5 else (parts,))
+        given = ["window", "frame_length", "both"][int(rng.integers(0, 3))]
+        out.append((shape, int(rng.integers(1, 2 * frame + 1)), frame, given, onesided))
+    return out
+
+
+@pytest.mark.parametrize(("shape", "step", "frame", "given", "onesided"), _stft_cases(16, seed=3))
+def test_random_stfts_match_numpy_and_onnxruntime(
+    shape: tuple[int, ...], step: int, frame: int, given: str, onesided: int, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(frame)
+    x = rng.standard_normal(shape).astype(np.float32)
+    window = rng.random(frame).astype(np.float32) if given != "frame_length" else None
+    model = _stft_model(shape, step, frame if given != "window" else None, window, onesided)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    want = _numpy_stft(x, step, frame, window, bool(onesided))
+    assert got.shape == want.shape and got.dtype == np.float32
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, atol=2e-6 * scale, rtol=0)
+    np.testing.assert_allclose(got, run_ort(model, {"x": x})["y"], atol=1e-4 * scale, rtol=0)
+
+
+def test_a_speech_front_end_spectrogram(tmp_path: Path) -> None:
+    """One second of 16 kHz audio in 25 ms Hann frames every 10 ms, as PyTorch's exporter writes
+    torch.stft (a [batch, samples] signal): within float32 rounding of the exact spectrum, and no
+    further from it than onnxruntime's."""
+    x = np.random.default_rng(0).standard_normal((2, 16000)).astype(np.float32)
+    window = np.hanning(400).astype(np.float32)
+    model = _stft_model(x.shape, 160, None, window, 1)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    want = _numpy_stft(x, 160, 400, window, True)
+    theirs = run_ort(model, {"x": x})["y"]
+    assert got.shape == want.shape == (2, 98, 201, 2)
+    ours_error, their_error = np.abs(got - want).max(), np.abs(theirs - want).max()
+    assert ours_error <= 1e-6 * np.abs(want).max() * np.sqrt(400)
+    assert ours_error <= their_error * 1.5
+
+
+@pytest.mark.parametrize(
+    ("shape", "step", "frame", "window", "onesided", "message"),
+    [
+        ((1, 40, 2), 4, 8, None, 1, "one-sided STFT needs a real signal"),
+        ((1, 6), 4, 8, None, 1, "frames of 8 samples do not fit a signal of 6"),
+        ((1, 40), 0, 8, None, 1, "frame_step and a frame length of at least 1, got 0 and 8"),
+        (
+            (1, 40),
+            4,
+            6,
+            np.ones(8, np.float32),
+            1,
+            "window must match the frame_length|frame_length 6 differs",
+        ),
+        (
+            (1, 40),
+            4,
+            None,
+            np.ones((2, 4), np.float32),
+            1,
+            "window input must have rank = 1|window must be one-dim",
+        ),
+        ((1, 40, 3), 4, 8, None, 0, r"signal \[batch, length, 1 or 2\], got shape \[1, 40, 3\]"),
+        ((1, 9000), 4, 8193, None, 0, f"{MAX_DFT_MATRIX_ELEMENTS} elements"),
+    ],
+)
+def test_an_stft_temper_cannot_compute_is_refused_naming_the_node(
+    shape: tuple[int, ...],
+    step: int,
+    frame: int | None,
+    window: np.ndarray | None,
+    onesided: int,
+    message: str,
+) -> None:
+    inputs = ["x", "step", "window" if window is not None else "", "frame" if frame is not None else ""]
+    inits = [helper.make_tensor("step", TensorProto.INT64, [], [step])]
+    if window is not None:
+        inits.append(helper.make_tensor("window", TensorProto.FLOAT, window.shape, window.reshape(-1)))
+    if frame is not None:
+        inits.append(helper.make_tensor("frame", TensorProto.INT64, [], [frame]))
+    while not inputs[-1]:
+        inputs.pop()
+    node = helper.make_node("STFT", inputs, ["y"], name="the_stft", onesided=onesided)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d"])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(CompilerError, match=message) as caught:
+        load_onnx(model.SerializeToString())
+    assert "the_stft" in str(caught.value)
+
+
+@pytest.mark.parametrize("what", ["frame_step", "window", "frame_length"])
+def test_an_stft_parameter_computed_at_run_time_is_refused_before_conversion(what: str) -> None:
+    position = {"frame_step": 1, "window": 2, "frame_length": 3}[what]
+    inputs = ["x", "step", "", ""]
+    inputs[position] = "runtime"
+    inits = [] if what == "frame_step" else [helper.make_tensor("step", TensorProto.INT64, [], [4])]
+    kind = (TensorProto.FLOAT, [8]) if what == "window" else (TensorProto.INT64, [])
+    while not inputs[-1]:
+        inputs.pop()
+    node = helper.make_node("STFT", inputs, ["y"], name="the_stft")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 40)),
+            helper.make_tensor_value_info("runtime", *kind),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d"])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(UnsupportedOpError, match=f"STFT with a {what} computed at run time"):
+        load_onnx(model.SerializeToString())
+
+
+def test_an_stft_without_onesided_is_one_sided_as_defined(tmp_path: Path) -> None:
+    """ONNX's shape inference takes a missing `onesided` as 0 and then refuses the model's own declared
+    (one-sided) output shape; the importer spells the default out first, and leaves the caller's
+    model as it was."""
+    node = helper.make_node("STFT", ["x", "step", "", "frame"], ["y"], name="the_stft")
+    inits = [
+        helper.make_tensor("step", TensorProto.INT64, [], [8]),
+        helper.make_tensor("frame", TensorProto.INT64, [], [16]),
+    ]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 128, 1))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 15, 9, 2))],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.random.default_rng(2).standard_normal((1, 128, 1)).astype(np.float32)
+    got = compile_and_run(model, {"x": x}, tmp_path)["y"]
+    np.testing.assert_allclose(got, _numpy_stft(x, 8, 16, None, True), atol=1e-5, rtol=0)
+    assert load_onnx(model).outputs  # the proto itself, not its bytes
+    assert not model.graph.node[0].attribute
