@@ -186,6 +186,19 @@ def _biases(ctx: NodeContext, bias: Expr | None, d: int, gates: int, hidden: int
     return projected, emit_slice(ctx, r_bias, {0: (2 * hidden, width, 1)})
 
 
+def _live(ctx: NodeContext, lengths: Sequence[int] | None, t: int, d: int) -> Expr | bool:
+    """Which sequences step t advances, as a [batch, 1] boolean constant; True when all of them (no
+    padding, or none has ended), False when none. A sequence of length n takes steps 0..n-1 in either
+    direction: a reverse pass leaves its state untouched through the padding past n - 1 and starts at
+    step n - 1 from the initial state, as ONNX defines it."""
+    if lengths is None or all(n > t for n in lengths):
+        return True
+    if not any(n > t for n in lengths):
+        return False
+    mask = np.array([n > t for n in lengths]).reshape(len(lengths), 1)
+    return ctx.new_const(mask, name=f"{ctx.name}.live{d}_{t}")
+
+
 def _recurrent(ctx: NodeContext) -> Sequence[Expr | None]:
     op, gates = ctx.op_type, GATES[ctx.op_type]
     x, w, r, bias = ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.optional(3)
@@ -219,10 +232,13 @@ def _recurrent(ctx: NodeContext) -> Sequence[Expr | None]:
             f"{ctx.budget.limits.recurrence_steps} steps in all, {taken} taken before this node"
         )
     lengths = ctx.ints(4, f"{op} sequence_lens")
-    if lengths is not None and any(n != steps for n in lengths):
+    if lengths is not None and (len(lengths) != batch or any(not 1 <= n <= steps for n in lengths)):
         raise ctx.error(
-            f"{op} sequence_lens {lengths[:8]} other than the {steps} steps of X are not supported"
+            f"{op} sequence_lens {lengths[:8]} must give each of the {batch} sequences a length "
+            f"within 1..{steps} (the steps of X)"
         )
+    # padded sequences: at step t only those longer than t advance (`_live`)
+    padded = lengths if lengths is not None and any(n != steps for n in lengths) else None
     states = [_initial(ctx, i, layout, (directions, batch, hidden)) for i in (5, 6)]
     flat = ctx.emit("reshape", [x], shape=(steps * batch, inputs))
     ys, finals, cells = [], [], []
@@ -251,8 +267,18 @@ def _recurrent(ctx: NodeContext) -> Sequence[Expr | None]:
         backwards = direction == "reverse" or d == 1
         hs: dict[int, Expr] = {}
         for t in reversed(range(steps)) if backwards else range(steps):
-            h, c = part.step(projected, t, h, c)
-            hs[t] = ctx.emit("reshape", [h], shape=(1, 1, batch, hidden))
+            live = _live(ctx, padded, t, d)
+            if live is False:  # every sequence has ended by step t: no state changes, outputs are 0
+                hs[t] = ctx.emit("reshape", [zeros], shape=(1, 1, batch, hidden))
+                continue
+            h_next, c_next = part.step(projected, t, h, c)
+            out = h_next
+            if live is not True:  # some have ended: they keep their state and output 0
+                h_next = ctx.emit("where", [live, h_next, h])
+                c_next = ctx.emit("where", [live, c_next, c]) if op == "LSTM" else c_next
+                out = ctx.emit("where", [live, h_next, zeros])
+            h, c = h_next, c_next
+            hs[t] = ctx.emit("reshape", [out], shape=(1, 1, batch, hidden))
         ys.append(ctx.emit("concat", [hs[t] for t in range(steps)], axis=0) if steps > 1 else hs[0])
         finals.append(ctx.emit("reshape", [h], shape=(1, batch, hidden)))
         cells.append(ctx.emit("reshape", [c], shape=(1, batch, hidden)))

@@ -189,3 +189,36 @@ def test_grid_sample_survives_hostile_grid_points(mode: str, padding: str, tmp_p
     finite = np.isfinite(grid).all(axis=-1) & (np.abs(grid) < 1e3).all(axis=-1)  # [1, 4, 7]
     assert finite.sum() >= 14  # most points are ordinary ones
     np.testing.assert_allclose(got[:, :, finite[0]], want[:, :, finite[0]], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_padded_sequences_match_onnxruntime(op: str, direction: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A batch of sequences shorter than X (sequence_lens): each advances only through its own steps,
+    in either direction, its outputs past its end are 0 and its final state is the one at its end."""
+    from tests.compiler.frontend.onnx_check import single_op
+
+    rng = np.random.default_rng(len(op) + len(direction))
+    gates, steps, batch, inputs, hidden = {"LSTM": 4, "GRU": 3, "RNN": 1}[op], 6, 5, 3, 7
+    directions = 2 if direction == "bidirectional" else 1
+    consts = {
+        "W": rng.standard_normal((directions, gates * hidden, inputs)).astype(np.float32) * 0.5,
+        "R": rng.standard_normal((directions, gates * hidden, hidden)).astype(np.float32) * 0.5,
+        "B": rng.standard_normal((directions, 2 * gates * hidden)).astype(np.float32) * 0.3,
+        "lens": rng.integers(1, steps + 1, batch).astype(np.int32),
+        "h0": rng.standard_normal((directions, batch, hidden)).astype(np.float32) * 0.5,
+    }
+    consts["lens"][0] = steps  # one full-length sequence, the others shorter (at random)
+    if op == "LSTM":
+        consts["c0"] = rng.standard_normal((directions, batch, hidden)).astype(np.float32) * 0.5
+    x = rng.standard_normal((steps, batch, inputs)).astype(np.float32)
+    model, feeds = single_op(
+        op, {"x": x}, consts, n_outputs=3 if op == "LSTM" else 2, hidden_size=hidden, direction=direction
+    )
+    expected = run_ort(model, feeds)
+    got = compile_and_run(model, feeds, tmp_path)
+    for key, want in expected.items():
+        np.testing.assert_allclose(got[key], want, atol=1e-5, rtol=1e-5, err_msg=key)
+    y = got["y0"]  # [steps, directions, batch, hidden]: zero past each sequence's end
+    for b, n in enumerate(consts["lens"]):
+        assert not y[n:, :, b].any()

@@ -336,11 +336,18 @@ def test_unsupported_recurrent_variants_are_refused_up_front(attrs: dict, messag
         load_onnx(_lstm((2, 1, 3), **attrs))
 
 
-def test_padded_sequences_are_refused_with_their_lengths() -> None:
+@pytest.mark.parametrize("lengths", [[3, 0], [4, 2], [3]])
+def test_sequence_lengths_outside_the_steps_of_x_are_refused_with_their_lengths(lengths: list[int]) -> None:
+    """Each of the batch's sequences needs a length from 1 to X's steps (padded ones run, see
+    tests/compiler/test_compiled_ops.py)."""
     w, r = np.zeros((1, 16, 3), np.float32), np.zeros((1, 16, 4), np.float32)
-    consts = {"W": w, "R": r, "B": np.zeros((1, 32), np.float32), "lens": np.array([3, 2], np.int32)}
+    consts = {"W": w, "R": r, "B": np.zeros((1, 32), np.float32), "lens": np.array(lengths, np.int32)}
     model, _ = single_op("LSTM", {"x": np.zeros((3, 2, 3), np.float32)}, consts, hidden_size=4)
-    with pytest.raises(ShapeError, match=r"sequence_lens \[3, 2\]"):
+    shown = ", ".join(map(str, lengths))
+    with pytest.raises(
+        ShapeError,
+        match=rf"sequence_lens \[{shown}\] must give each of the 2 sequences a length within 1\.\.3",
+    ):
         load_onnx(model)
 
 
