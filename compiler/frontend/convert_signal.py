@@ -69,10 +69,20 @@ def inverse_onesided_matrix(length: int, n: int) -> np.ndarray:
     return m.reshape(length * 2, n)
 
 
+def _scalar(ctx: NodeContext, i: int, what: str) -> int | None:
+    """Input i as one compile-time integer (None when omitted)."""
+    values = ctx.ints(i, what)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise ctx.error(f"{what} must be one integer, got {len(values)} values")
+    return values[0]
+
+
 def _axis(ctx: NodeContext, rank: int) -> int:
     if ctx.opset >= AXIS_INPUT_OPSET:
-        given = ctx.ints(2, "DFT's axis")
-        axis = given[0] if given else -2
+        given = _scalar(ctx, 2, "DFT's axis")
+        axis = -2 if given is None else given
     else:
         axis = int(ctx.attr("axis", 1))
     normalized = axis + rank if axis < 0 else axis
@@ -95,8 +105,8 @@ def _dft(ctx: NodeContext) -> Sequence[Expr]:
     if onesided and parts != (2 if inverse else 1):
         kind = "an inverse one-sided DFT needs a complex half spectrum ([..., 2])"
         raise ctx.error(kind if inverse else "a one-sided DFT needs a real signal ([..., 1])")
-    given = ctx.ints(1, "DFT's dft_length")
-    n = given[0] if given else (2 * (length - 1) if inverse and onesided else length)
+    given = _scalar(ctx, 1, "DFT's dft_length")
+    n = given if given is not None else (2 * (length - 1) if inverse and onesided else length)
     if n < 1:
         raise ctx.error(f"DFT length must be at least 1, got {n}")
     # output positions along the axis and parts per position
@@ -143,14 +153,14 @@ def _stft(ctx: NodeContext) -> Sequence[Expr]:
     if not x.type.dtype.startswith("float"):
         raise ctx.error(f"STFT of a {x.type.dtype} signal (a float type is needed)")
     batch, length, parts = shape
-    (step,) = ctx.ints(1, "STFT's frame_step") or [0]
+    step = _scalar(ctx, 1, "STFT's frame_step") or 0
     window = ctx.const(2, "STFT's window")
-    given = ctx.ints(3, "STFT's frame_length")
+    given = _scalar(ctx, 3, "STFT's frame_length")
     if window is not None and window.ndim != 1:
         raise ctx.error(f"STFT's window must be one-dimensional, got shape {list(window.shape)}")
-    if window is not None and given and given[0] != window.shape[0]:
-        raise ctx.error(f"STFT's frame_length {given[0]} differs from its window's length {window.shape[0]}")
-    frame = window.shape[0] if window is not None else (given[0] if given else 0)
+    if window is not None and given is not None and given != window.shape[0]:
+        raise ctx.error(f"STFT's frame_length {given} differs from its window's length {window.shape[0]}")
+    frame = window.shape[0] if window is not None else (given or 0)
     if step < 1 or frame < 1:
         raise ctx.error(f"STFT needs a frame_step and a frame length of at least 1, got {step} and {frame}")
     if frame > length:

@@ -388,3 +388,32 @@ def test_an_stft_without_onesided_is_one_sided_as_defined(tmp_path: Path) -> Non
     np.testing.assert_allclose(got, _numpy_stft(x, 8, 16, None, True), atol=1e-5, rtol=0)
     assert load_onnx(model).outputs  # the proto itself, not its bytes
     assert not model.graph.node[0].attribute
+
+
+@pytest.mark.parametrize(("op", "position"), [("DFT", 1), ("STFT", 1), ("STFT", 3)])
+def test_a_length_or_step_of_several_values_is_refused_naming_the_node(op: str, position: int) -> None:
+    """A hostile model may give a scalar parameter as a vector: a typed error, never a crash."""
+    inputs = ["x", "one", "", ""]
+    inputs[position] = "many"
+    while not inputs[-1]:
+        inputs.pop()
+    inits = [
+        helper.make_tensor("one", TensorProto.INT64, [], [4]),
+        helper.make_tensor("many", TensorProto.INT64, [2], [4, 8]),
+    ]
+    node = helper.make_node(op, inputs, ["y"], name="the_node")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 40, 1))],
+        [
+            helper.make_tensor_value_info(
+                "y", TensorProto.FLOAT, ["a", "b", "c", "d"][: 3 if op == "DFT" else 4]
+            )
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(CompilerError, match="the_node") as caught:
+        load_onnx(model.SerializeToString())
+    assert "must be one integer, got 2 values" in str(caught.value) or "ShapeInference" in str(caught.value)
