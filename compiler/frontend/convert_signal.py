@@ -69,6 +69,26 @@ def inverse_onesided_matrix(length: int, n: int) -> np.ndarray:
     return m.reshape(length * 2, n)
 
 
+def _reserve_matrix(ctx: NodeContext, described: str, elements: int) -> None:
+    """Refuse a transform matrix above MAX_DFT_MATRIX_ELEMENTS, else count it with the model's other
+    constants (bounded in total: many such nodes cannot make the compiler allocate without bound)."""
+    if elements > MAX_DFT_MATRIX_ELEMENTS:
+        raise ctx.error(
+            f"{described} needs a transform matrix of {elements} elements; temper computes "
+            f"{ctx.op_type} as a dense matrix product, up to {MAX_DFT_MATRIX_ELEMENTS} elements"
+        )
+    if not ctx.budget.fold(elements):
+        raise ctx.error(
+            f"{ctx.op_type}'s transform matrix of {elements} elements outgrows the model's constant budget"
+        )
+
+
+def _constant_dtype(dtype: str) -> str:
+    """The matrix's dtype: the signal's, but float32 for a float16 signal (which computes in float32,
+    as float16 constants do: the coefficients need no rounding to float16)."""
+    return "float32" if dtype == "float16" else dtype
+
+
 def _scalar(ctx: NodeContext, i: int, what: str) -> int | None:
     """Input i as one compile-time integer (None when omitted)."""
     values = ctx.ints(i, what)
@@ -111,20 +131,12 @@ def _dft(ctx: NodeContext) -> Sequence[Expr]:
         raise ctx.error(f"DFT length must be at least 1, got {n}")
     # output positions along the axis and parts per position
     bins, out_parts = (n, 1) if inverse and onesided else (n // 2 + 1 if onesided else n, 2)
-    elements = length * parts * bins * out_parts
-    if elements > MAX_DFT_MATRIX_ELEMENTS:
-        raise ctx.error(
-            f"DFT of {n} points over {length} samples needs a transform matrix of {elements} elements; "
-            f"temper computes DFT as a dense matrix product, up to {MAX_DFT_MATRIX_ELEMENTS} elements"
-        )
-    if not ctx.budget.fold(elements):  # counted with the model's other constants: bounded in total
-        raise ctx.error(f"DFT's transform matrix of {elements} elements outgrows the model's constant budget")
+    _reserve_matrix(ctx, f"DFT of {n} points over {length} samples", length * parts * bins * out_parts)
     if inverse and onesided:
         matrix = inverse_onesided_matrix(length, n)
     else:
         matrix = dft_matrix(length, n, bins, parts == 2, inverse)
-    # float16 signals compute in float32 (as float16 constants do): the coefficients need no rounding
-    matrix = matrix.astype(np.float32 if x.type.dtype == "float16" else x.type.dtype)
+    matrix = matrix.astype(_constant_dtype(x.type.dtype))
     others = [i for i in range(rank - 1) if i != axis]
     order = (*others, axis, rank - 1)
     moved = ctx.emit("transpose", [x], perm=order) if order != tuple(range(rank)) else x
@@ -169,21 +181,12 @@ def _stft(ctx: NodeContext) -> Sequence[Expr]:
     if onesided and parts == 2:
         raise ctx.error("a one-sided STFT needs a real signal ([..., 1])")
     bins = frame // 2 + 1 if onesided else frame
-    elements = frame * parts * bins * 2
-    if elements > MAX_DFT_MATRIX_ELEMENTS:
-        raise ctx.error(
-            f"STFT frames of {frame} samples need a transform matrix of {elements} elements; "
-            f"temper computes them as a dense product, up to {MAX_DFT_MATRIX_ELEMENTS} elements"
-        )
-    if not ctx.budget.fold(elements):
-        raise ctx.error(
-            f"STFT's transform matrix of {elements} elements outgrows the model's constant budget"
-        )
+    _reserve_matrix(ctx, f"STFT of {frame}-sample frames", frame * parts * bins * 2)
     rows = dft_matrix(frame, frame, bins, parts == 2, inverse=False).reshape(frame, parts, bins, 2)
     if window is not None:
         rows = rows * window.astype(np.float64)[:, None, None, None]
     filters = rows.transpose(2, 3, 1, 0).reshape(bins * 2, parts, 1, frame)
-    filters = filters.astype(np.float32 if x.type.dtype == "float16" else x.type.dtype)
+    filters = filters.astype(_constant_dtype(x.type.dtype))
     image = ctx.emit("transpose", [x], perm=(0, 2, 1)) if parts == 2 else x
     image = ctx.emit("reshape", [image], shape=(batch, parts, 1, length))
     weight = ctx.new_const(filters, name=f"{ctx.name}.stft_filters")
