@@ -15,6 +15,7 @@ from compiler.graph.ir import Graph
 from compiler.graph.passes import PARTITIONS, Group, implementations
 from compiler.graph.passes.alter_layout import why_planar
 from compiler.graph.passes.conv_algorithm import algorithm_report, flops_bar
+from compiler.graph.passes.conv_transpose_phases import describe, why_kept
 from compiler.graph.passes.pointwise_rows import why_rows
 from compiler.kernels import Kernel, ScheduleSource, family_rule
 from compiler.pipeline import (
@@ -234,6 +235,13 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
     by_pass = dict(fr.after_pass)
     names = [name for name, _ in fr.after_pass]
     block = fr.target.lanes("float32")
+    if "conv_transpose_phases" in by_pass:
+        before = fr.after_pass[names.index("conv_transpose_phases") - 1][1]
+        for call in before.calls():
+            if call.op == "conv_transpose2d":
+                kept = why_kept(call)
+                verdict = f"stays a transposed conv: {kept}" if kept else describe(call)
+                out.setdefault(call.name, []).append(f"conv_transpose_phases: {verdict}")
     if "alter_layout" in by_pass:
         before = fr.after_pass[names.index("alter_layout") - 1][1]
         for call in before.calls():

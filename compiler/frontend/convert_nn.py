@@ -168,35 +168,6 @@ def _conv_transpose_pads(
     return begins + ends, out_pad
 
 
-def _is_pixel_scatter(ctx: NodeContext, x: Expr, w: Expr, g: dict[str, Any], out_pad: Sequence[int]) -> bool:
-    """A ConvTranspose whose kernel equals its stride (no pads, dilation or groups): every input pixel
-    writes its own k x k block of the output, with no overlap (the 2x2 stride-2 upsampling of
-    segmentation and text-detection heads)."""
-    kernel = tuple(w.type.shape[2:])
-    return (
-        x.type.ndim == 4
-        and int(ctx.attr("group", 1)) == 1
-        and tuple(g["strides"]) == kernel
-        and tuple(g["dilations"]) == (1, 1)
-        and not any(g["pads"])
-        and not any(out_pad)
-    )
-
-
-def _pixel_scatter(ctx: NodeContext, x: Expr, w: Expr) -> Expr:
-    """That ConvTranspose as a 1x1 convolution to C_out * kh * kw channels, then each pixel's channels
-    laid out as its output block (DepthToSpace in CRD order): the convolution gets the fast conv
-    schedule, the rearrangement is one pass over memory."""
-    cin, cout, kh, kw = w.type.shape
-    n, _, h, wd = x.type.shape
-    weight = ctx.emit("transpose", [w], perm=(1, 2, 3, 0))  # [C_out, kh, kw, C_in]
-    weight = ctx.emit("reshape", [weight], shape=(cout * kh * kw, cin, 1, 1))
-    y = ctx.emit("conv2d", [x, weight], strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), groups=1)
-    y = ctx.emit("reshape", [y], shape=(n, cout, kh, kw, h, wd))
-    y = ctx.emit("transpose", [y], perm=(0, 1, 4, 2, 5, 3))
-    return ctx.emit("reshape", [y], shape=(n, cout, h * kh, wd * kw))
-
-
 def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
     x, w = _spatial_input(ctx), ctx.arg(1)
     kernel = list(w.type.shape[2:])
@@ -215,9 +186,6 @@ def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
     if x.type.ndim == 3:
         x, w = _to_2d(ctx, x), _to_2d(ctx, w)
         out_pad = [0, *out_pad]
-    if _is_pixel_scatter(ctx, x, w, g, out_pad):
-        y = _pixel_scatter(ctx, x, w)
-        return [_from_2d(ctx, _add_channel_bias(ctx, y, ctx.optional(2)), ctx.arg(0).type.ndim)]
     y = ctx.emit(
         "conv_transpose2d",
         [x, w],

@@ -12,9 +12,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from compiler.graph.ir import Graph
-from compiler.graph.passes import alter_layout, conv_algorithm, pointwise_matmul
+from compiler.graph.passes import alter_layout, conv_algorithm, conv_transpose_phases, pointwise_matmul
 from compiler.graph.passes.alter_layout import alter_conv_layout
 from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, choose_conv_algorithm
+from compiler.graph.passes.conv_transpose_phases import conv_transpose_to_conv
 from compiler.graph.passes.eliminate import common_subexpression_elimination, dead_code_elimination
 from compiler.graph.passes.fold_batch_norm import fold_batch_norm
 from compiler.graph.passes.fold_constants import fold_constants
@@ -74,6 +75,8 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     ("fold_constants", _plain(fold_constants)),
     ("simplify", _plain(simplify)),  # no-op reshapes, x*1, x+0; merged reshapes; pow by 2, 3...
     ("fold_batch_norm", _plain(fold_batch_norm)),  # BN scales conv/matmul weights; the rest become mul + add
+    # transposed convs -> one conv over their output phases, interleaved (depth to space) and cropped
+    ("conv_transpose_phases", _plain(conv_transpose_to_conv)),
     # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
     ("alter_layout", _alter_layout),
     # 3x3 stride-1 blocked convs with enough channels -> Winograd F(4x4 or 2x2, 3x3), weights transformed
@@ -117,6 +120,7 @@ def partition_pass(level: int) -> tuple[str, Pass]:
 REWRITING_PASSES = {
     "alter_layout": alter_layout.REWRITES,
     "conv_algorithm": conv_algorithm.REWRITES,
+    "conv_transpose_phases": conv_transpose_phases.REWRITES,
     "pointwise_conv_to_matmul": pointwise_matmul.REWRITES,
 }
 
@@ -179,6 +183,7 @@ __all__ = [
     "alter_conv_layout",
     "check_disabled",
     "common_subexpression_elimination",
+    "conv_transpose_to_conv",
     "dead_code_elimination",
     "fold_batch_norm",
     "fold_constants",
