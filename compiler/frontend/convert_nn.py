@@ -16,8 +16,9 @@ import onnx
 from compiler.errors import ShapeError
 from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanInfo
 from compiler.graph.ir import Expr
-from compiler.ops.common import norm_axis, same_pads
+from compiler.ops.common import norm_axis, pool_out_size, same_pads
 from compiler.ops.conv_transpose import conv_transpose_out_size
+from compiler.ops.pool import window_counts
 from compiler.tensor_type import TensorType
 
 # ---- shared window handling -------------------------------------------------------------------------
@@ -33,11 +34,14 @@ def _spatial_rank(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -
     return None
 
 
-def _check_window(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
-    """1-D and 2-D windows only (3-D refused)."""
+def _check_window(
+    node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo, ranks: tuple[int, ...] = (1, 2)
+) -> str | None:
+    """Windows of `ranks` spatial axes only (by default 1-D and 2-D: 3-D refused)."""
     sp = _spatial_rank(node, attrs, info)
-    if sp is not None and sp not in (1, 2):
-        return f"{sp}-D {node.op_type} (supported: 1-D and 2-D)"
+    if sp is not None and sp not in ranks:
+        supported = ", ".join(f"{r}-D" for r in ranks)
+        return f"{sp}-D {node.op_type} (supported: {supported})"
     if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
         return f"auto_pad {attrs['auto_pad']!r}"
     return None
@@ -112,13 +116,21 @@ def _add_channel_bias(ctx: NodeContext, y: Expr, bias: Expr | None) -> Expr:
 # ---- convolutions -----------------------------------------------------------------------------------
 
 
+def _check_conv(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """1-D, 2-D and 3-D convolutions (3-D: as 2-D convs over the frames, `_conv3d`)."""
+    return _check_window(node, attrs, info, (1, 2, 3))
+
+
 def _conv(ctx: NodeContext) -> Sequence[Expr]:
-    x, w = _spatial_input(ctx), ctx.arg(1)
+    x, w = ctx.arg(0), ctx.arg(1)
     kernel = list(w.type.shape[2:])
     if w.type.ndim != x.type.ndim or list(ctx.attr("kernel_shape", kernel)) != kernel:
         raise ctx.error(
             f"weight {list(w.type.shape)} does not match input {list(x.type.shape)} / kernel_shape"
         )
+    if x.type.ndim == 5:
+        return [_conv3d(ctx, x, w, _window(ctx, x, kernel))]
+    x = _spatial_input(ctx)
     g = _lift(_window(ctx, x, kernel), kernel)
     if x.type.ndim == 3:
         x, w = _to_2d(ctx, x), _to_2d(ctx, w)
@@ -131,6 +143,65 @@ def _conv(ctx: NodeContext) -> Sequence[Expr]:
         groups=ctx.attr("group", 1),
     )
     return [_from_2d(ctx, _add_channel_bias(ctx, y, ctx.optional(2)), ctx.arg(0).type.ndim)]
+
+
+def _conv3d(ctx: NodeContext, x: Expr, w: Expr, geom: dict[str, list[int]]) -> Expr:
+    """A 3-D conv [N, C, T, H, W] as one 2-D conv over the output frames: each output frame's kt input
+    frames (the time taps) are stacked as channels, the frames of every sample are the 2-D conv's
+    batch, and the weight's time taps join its input channels in the same order (per group)."""
+    n, c, frames, h, wd = x.type.shape
+    out_ch, cg, kt, kh, kw = w.type.shape
+    groups = int(ctx.attr("group", 1))
+    if groups < 1 or c % groups or cg * groups != c:
+        raise ctx.error(
+            f"weight {list(w.type.shape)} does not match input {list(x.type.shape)} in {groups} groups"
+        )
+    (st, sh, sw), (dt, dh, dw), pads = geom["strides"], geom["dilations"], geom["pads"]
+    span = frames + pads[0] + pads[3] - dt * (kt - 1)
+    if span < 1:
+        raise ctx.error(f"kernel of {kt} frames (dilation {dt}) is larger than the {frames} padded frames")
+    out_frames = (span - 1) // st + 1
+    if pads[0] or pads[3]:
+        x = ctx.emit("pad", [x], pads=(0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0), mode="constant", value=0.0)
+        frames += pads[0] + pads[3]
+    taps = []
+    for i in range(kt):
+        start = i * dt
+        end = start + (out_frames - 1) * st + 1
+        taps.append(
+            ctx.emit(
+                "slice",
+                [x],
+                starts=(0, 0, start, 0, 0),
+                ends=(n, c, end, h, wd),
+                axes=(0, 1, 2, 3, 4),
+                steps=(1, 1, st, 1, 1),
+            )
+        )
+    stacked = taps[0] if kt == 1 else ctx.emit("concat", taps, axis=1)  # channels (tap, channel)
+    if kt > 1 and groups > 1:  # each group's channels together: (group, tap, channel of the group)
+        stacked = ctx.emit("reshape", [stacked], shape=(n, kt, groups, cg, out_frames, h, wd))
+        stacked = ctx.emit("transpose", [stacked], perm=(0, 2, 1, 3, 4, 5, 6))
+        stacked = ctx.emit("reshape", [stacked], shape=(n, c * kt, out_frames, h, wd))
+    planes = ctx.emit("transpose", [stacked], perm=(0, 2, 1, 3, 4))
+    planes = ctx.emit("reshape", [planes], shape=(n * out_frames, c * kt, h, wd))
+    weight = ctx.emit("transpose", [w], perm=(0, 2, 1, 3, 4))  # [O, kt, C/g, kh, kw]
+    weight = ctx.emit("reshape", [weight], shape=(out_ch, kt * cg, kh, kw))
+    y = ctx.emit(
+        "conv2d",
+        [planes, weight],
+        strides=(sh, sw),
+        pads=(pads[1], pads[2], pads[4], pads[5]),
+        dilations=(dh, dw),
+        groups=groups,
+    )
+    ho, wo = y.type.shape[2:]
+    y = ctx.emit("reshape", [y], shape=(n, out_frames, out_ch, ho, wo))
+    y = ctx.emit("transpose", [y], perm=(0, 2, 1, 3, 4))
+    bias = ctx.optional(2)
+    if bias is None:
+        return y
+    return ctx.emit("add", [y, ctx.emit("reshape", [bias], shape=(1, bias.type.size, 1, 1, 1))])
 
 
 def _conv_transpose_pads(
@@ -278,10 +349,13 @@ def _col2im(ctx: NodeContext) -> Sequence[Expr]:
 
 
 def _pool(ctx: NodeContext) -> Sequence[Expr]:
-    x = _spatial_input(ctx)
+    x = ctx.arg(0)
     kernel = list(ctx.attr("kernel_shape", []))
     if len(kernel) != x.type.ndim - 2:
         raise ctx.error(f"kernel_shape {kernel} does not match input {list(x.type.shape)}")
+    if x.type.ndim == 5:
+        return [_pool3d(ctx, x, kernel, _window(ctx, x, kernel))]
+    x = _spatial_input(ctx)
     g = _lift(_window(ctx, x, kernel), kernel)
     ceil_mode = int(ctx.attr("ceil_mode", 0))
     x2 = _to_2d(ctx, x) if x.type.ndim == 3 else x
@@ -293,13 +367,68 @@ def _pool(ctx: NodeContext) -> Sequence[Expr]:
     return [_from_2d(ctx, y, x.type.ndim)]
 
 
+def _pool3d(ctx: NodeContext, x: Expr, kernel: Sequence[int], geom: dict[str, list[int]]) -> Expr:
+    """A 3-D pool [N, C, T, H, W] as the 2-D pool of every frame, then the window over time: the
+    max (or the sum) of the time taps of those pooled frames; an average divides by the valid time
+    taps, as the 2-D pool divided by the valid taps of its plane (the window's count is their product)."""
+    n, c, frames, h, wd = x.type.shape
+    kt, st, dt = kernel[0], geom["strides"][0], geom["dilations"][0]
+    before, after = geom["pads"][0], geom["pads"][3]
+    ceil_mode = int(ctx.attr("ceil_mode", 0))
+    out_frames = pool_out_size(frames, kt, st, before, after, dt, bool(ceil_mode))
+    if out_frames < 1:
+        raise ctx.error(f"window of {kt} frames (dilation {dt}) is larger than the {frames} padded frames")
+    planes = ctx.emit("transpose", [x], perm=(0, 2, 1, 3, 4))
+    planes = ctx.emit("reshape", [planes], shape=(n * frames, c, h, wd))
+    common = {
+        "kernel": tuple(kernel[1:]),
+        "strides": tuple(geom["strides"][1:]),
+        "pads": (geom["pads"][1], geom["pads"][2], geom["pads"][4], geom["pads"][5]),
+        "ceil_mode": ceil_mode,
+    }
+    is_max = ctx.op_type == "MaxPool"
+    include_pad = int(ctx.attr("count_include_pad", 0))
+    if is_max:
+        pooled = ctx.emit("max_pool2d", [planes], dilations=tuple(geom["dilations"][1:]), **common)
+    else:
+        pooled = ctx.emit("avg_pool2d", [planes], count_include_pad=include_pad, **common)
+    ho, wo = pooled.type.shape[2:]
+    pooled = ctx.emit("reshape", [pooled], shape=(n, frames, c, ho, wo))
+    reach = (out_frames - 1) * st + dt * (kt - 1) + 1  # the padded frames the windows read
+    end = max(0, reach - frames - before)
+    if before or end:
+        fill = -np.inf if is_max else 0.0
+        pooled = ctx.emit(
+            "pad", [pooled], pads=(0, before, 0, 0, 0, 0, end, 0, 0, 0), mode="constant", value=fill
+        )
+    total: Expr | None = None
+    for i in range(kt):
+        start = i * dt
+        tap = ctx.emit(
+            "slice",
+            [pooled],
+            starts=(0, start, 0, 0, 0),
+            ends=(n, start + (out_frames - 1) * st + 1, c, ho, wo),
+            axes=(0, 1, 2, 3, 4),
+            steps=(1, st, 1, 1, 1),
+        )
+        total = tap if total is None else ctx.emit("maximum" if is_max else "add", [total, tap])
+    assert total is not None
+    if not is_max:
+        counts = window_counts(frames, kt, st, before, after, out_frames, bool(include_pad))
+        scale = (1.0 / np.maximum(counts, 1.0)).astype(np.float32).reshape(1, out_frames, 1, 1, 1)
+        total = ctx.emit("mul", [total, ctx.new_const(scale, name=f"{ctx.name}.frame_counts")])
+    return ctx.emit("transpose", [total], perm=(0, 2, 1, 3, 4))
+
+
 def _check_pool(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
-    """No MaxPool Indices output, no dilated AveragePool."""
+    """No MaxPool Indices output, no dilated AveragePool; 1-D, 2-D and 3-D windows (3-D: the 2-D pool
+    of every frame, then the window over time)."""
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] in info.used:
         return "MaxPool Indices output"
     if node.op_type == "AveragePool" and any(d != 1 for d in attrs.get("dilations", [])):
         return "dilated AveragePool"
-    return _check_window(node, attrs, info)
+    return _check_window(node, attrs, info, (1, 2, 3))
 
 
 def _global_pool(op: str) -> Converter:
@@ -533,7 +662,7 @@ def _arg_extreme(ctx: NodeContext) -> Sequence[Expr]:
 CONVERTERS: dict[str, OpConverter] = {
     "ArgMax": OpConverter(_arg_extreme),
     "ArgMin": OpConverter(_arg_extreme),
-    "Conv": OpConverter(_conv, _check_window),
+    "Conv": OpConverter(_conv, _check_conv),
     "ConvTranspose": OpConverter(_conv_transpose, _check_window),
     "Col2Im": OpConverter(_col2im, _check_col2im),
     "MaxPool": OpConverter(_pool, _check_pool),

@@ -122,7 +122,7 @@ def _max_pool(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return out
 
 
-def _counts(
+def window_counts(
     size: int, kernel: int, stride: int, begin: int, end: int, out: int, include_pad: bool
 ) -> np.ndarray:
     """Per output position along one axis: how many taps the average divides by."""
@@ -140,8 +140,8 @@ def _avg_pool(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
         total += _window(xp, g, r, c)
     include = bool(attrs["count_include_pad"])
     (kh, kw), (sh, sw), (top, left, bottom, right), (oh, ow) = g["kernel"], g["strides"], g["pads"], g["out"]
-    ch = _counts(x.shape[2], kh, sh, top, bottom, oh, include)
-    cw = _counts(x.shape[3], kw, sw, left, right, ow, include)
+    ch = window_counts(x.shape[2], kh, sh, top, bottom, oh, include)
+    cw = window_counts(x.shape[3], kw, sw, left, right, ow, include)
     counts = np.maximum(np.outer(ch, cw), 1.0).reshape(oh, ow, *([1] * (x.ndim - 4)))
     return (total / counts).astype(x.dtype)
 

@@ -59,6 +59,7 @@ _TORCHVISION = [
     "fcn_resnet50",
     "vgg11",
     "deeplabv3_mobilenet_v3",
+    "r3d_18",
 ]
 _TRANSFORMERS = [
     "bert",

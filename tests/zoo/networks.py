@@ -88,16 +88,23 @@ def _calibrate_batch_norm(module: nn.Module, make_batch: Callable[[], torch.Tens
 
 
 def _vision(
-    build: Callable[[], nn.Module], size: int = 224, batch: int = 1, outputs: tuple[str, ...] = ("logits",)
+    build: Callable[[], nn.Module],
+    size: int = 224,
+    batch: int = 1,
+    outputs: tuple[str, ...] = ("logits",),
+    frames: int = 0,
 ) -> Callable[[int], Network]:
+    """An image network (a video one with `frames`: [N, 3, frames, size, size])."""
+    plane = (3, frames, size, size) if frames else (3, size, size)
+
     def make(seed: int) -> Network:
         torch.manual_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         module = build().eval()
         _spread(module, generator)
-        _calibrate_batch_norm(module, lambda: torch.randn(4, 3, size, size, generator=generator))
-        image = torch.randn(batch, 3, size, size, generator=generator)
-        test = np.random.default_rng(seed).standard_normal((2, 3, size, size)).astype(np.float32)
+        _calibrate_batch_norm(module, lambda: torch.randn(4, *plane, generator=generator))
+        image = torch.randn(batch, *plane, generator=generator)
+        test = np.random.default_rng(seed).standard_normal((2, *plane)).astype(np.float32)
         axes = {"image": {0: "batch"}, **{name: {0: "batch"} for name in outputs}}
         return Network(module, {"image": image}, outputs, axes, {"image": test})
 
@@ -125,6 +132,15 @@ def torchvision_builders() -> dict[str, Callable[[int], Network]]:
 
     def tv(name: str, **kwargs: Any) -> Callable[[], nn.Module]:
         return lambda: getattr(_torchvision_models(), name)(weights=None, **kwargs)
+
+    def video(name: str) -> Callable[[], nn.Module]:
+        def build() -> nn.Module:
+            _torchvision_models()
+            import torchvision.models.video as clips
+
+            return getattr(clips, name)(weights=None)  # type: ignore[no-any-return]
+
+        return build
 
     def segmentation(name: str) -> Callable[[], nn.Module]:
         def build() -> nn.Module:
@@ -158,6 +174,8 @@ def torchvision_builders() -> dict[str, Callable[[int], Network]]:
         "vgg11": _vision(tv("vgg11")),  # a Gemm's weight of 25088 x 4096, past the folding limit
         # atrous convs of rates 12, 24 and 36 over a 14x14 plane
         "deeplabv3_mobilenet_v3": _vision(segmentation("deeplabv3_mobilenet_v3_large"), outputs=("out",)),
+        # a video classifier: 3-D convs (3x3x3, strided 1x1x1) and batch norm over 8 frames of 112x112
+        "r3d_18": _vision(video("r3d_18"), size=112, frames=8),
     }
 
 

@@ -514,3 +514,19 @@ def test_errors_in_a_model_with_large_weights_are_still_found() -> None:
     model.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(np.array([5, 64]), "target"))
     with pytest.raises(ModelError, match="node name: reshape"):  # the small target still counts
         load_onnx(model)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "weight", "message"),
+    [
+        ("Conv", (1, 2, 3, 4, 5, 6), (2, 2, 1, 1, 1, 1), "4-D Conv"),  # 4-D spatial: no such kernel
+        ("ConvTranspose", (1, 2, 3, 4, 5), (2, 2, 1, 1, 1), "3-D ConvTranspose"),
+    ],
+)
+def test_windows_of_unsupported_rank_are_refused_up_front(
+    op: str, shape: tuple[int, ...], weight: tuple[int, ...], message: str
+) -> None:
+    model, _ = single_op(op, {"x": np.zeros(shape, np.float32)}, {"w": np.ones(weight, np.float32)})
+    with pytest.raises(UnsupportedOpError, match=message) as info:
+        load_onnx(model)
+    assert info.value.nodes == [("node", op, 17)]

@@ -382,6 +382,55 @@ case(
     group=2,
     auto_pad="SAME_UPPER",
 )
+# 3-D convs (video, volumes): 2-D convs over the output frames, each frame's time taps as channels
+X3 = {"x": lambda: randn(2, 4, 5, 6, 7)}
+case("Conv3d", "Conv", X3, {"w": randn(6, 4, 3, 3, 3), "b": randn(6)}, pads=[1, 1, 1, 1, 1, 1])
+case(
+    "Conv3d_strided_asymmetric",
+    "Conv",
+    X3,
+    {"w": randn(5, 4, 2, 3, 1)},
+    strides=[2, 1, 2],
+    pads=[1, 0, 0, 0, 2, 0],
+)
+case("Conv3d_dilated", "Conv", X3, {"w": randn(3, 4, 2, 2, 3)}, dilations=[2, 2, 1], pads=[0, 1, 1, 1, 0, 1])
+case("Conv3d_grouped", "Conv", X3, {"w": randn(6, 2, 3, 1, 1)}, group=2, pads=[1, 0, 0, 1, 0, 0])
+case(
+    "Conv3d_depthwise", "Conv", X3, {"w": randn(8, 1, 3, 3, 3), "b": randn(8)}, group=4, auto_pad="SAME_UPPER"
+)
+case(
+    "Conv3d_spatial_only", "Conv", X3, {"w": randn(6, 4, 1, 3, 3)}, strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1]
+)
+case(
+    "Conv3d_temporal_only",
+    "Conv",
+    X3,
+    {"w": randn(6, 4, 3, 1, 1)},
+    strides=[2, 1, 1],
+    pads=[1, 0, 0, 1, 0, 0],
+)
+# 3-D pools: the 2-D pool of every frame, then the window over time
+case("MaxPool3d", "MaxPool", X3, kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1])
+case(
+    "MaxPool3d_ceil_dilated",
+    "MaxPool",
+    X3,
+    kernel_shape=[2, 2, 2],
+    strides=[2, 1, 2],
+    dilations=[2, 1, 1],
+    ceil_mode=1,
+)
+for include in (0, 1):
+    case(
+        f"AveragePool3d_count_include_pad_{include}",
+        "AveragePool",
+        X3,
+        kernel_shape=[3, 2, 3],
+        strides=[2, 2, 1],
+        pads=[1, 0, 1, 2, 1, 0],
+        count_include_pad=include,
+    )
+case("AveragePool3d_ceil", "AveragePool", X3, kernel_shape=[2, 3, 3], strides=[2, 2, 2], ceil_mode=1)
 XT = {"x": lambda: randn(2, 4, 5, 5)}
 case("ConvTranspose", "ConvTranspose", XT, {"w": randn(4, 3, 3, 3)}, strides=[2, 2])
 case(
