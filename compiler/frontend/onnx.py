@@ -274,7 +274,34 @@ def to_native_opset(proto: onnx.ModelProto, declared: int) -> onnx.ModelProto:
             f"cannot convert the model from opset {declared} to {target}{where}: {message}"
         ) from None
     _keep_node_names(named.graph, converted.graph)
+    if declared < RESIZE_COORDINATES_OPSET:
+        _legacy_resize_semantics(converted.graph)
     return converted
+
+
+# Resize gained coordinate_transformation_mode and nearest_mode at opset 11, defaulting to half_pixel
+# and round_prefer_floor; Upsample (7-9) and Resize-10 meant asymmetric coordinates, the nearest pixel
+# at or below (above, when shrinking). onnx.version_converter carries neither over.
+RESIZE_COORDINATES_OPSET = 11
+
+
+def _legacy_resize_semantics(graph: onnx.GraphProto) -> None:
+    """Write the meaning of an opset-10 Resize (or an Upsample converted to one) into the Resize nodes
+    of `graph`, converted from such a model: asymmetric coordinates, and for nearest the floor when
+    enlarging, the ceiling when shrinking (as onnxruntime computes those opsets)."""
+    values = {t.name: t for t in graph.initializer}
+    values.update(
+        {n.output[0]: n.attribute[0].t for n in graph.node if n.op_type == "Constant" and n.attribute}
+    )
+    for node in graph.node:
+        if node.op_type != "Resize" or any(
+            a.name == "coordinate_transformation_mode" for a in node.attribute
+        ):
+            continue
+        node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        scales = values.get(node.input[2]) if len(node.input) > 2 else None
+        shrinking = scales is not None and bool((numpy_helper.to_array(scales) < 1).any())
+        node.attribute.append(helper.make_attribute("nearest_mode", "ceil" if shrinking else "floor"))
 
 
 def _nodes_named_by(message: str, graph: onnx.GraphProto) -> list[str]:

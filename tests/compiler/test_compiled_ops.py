@@ -222,3 +222,37 @@ def test_padded_sequences_match_onnxruntime(op: str, direction: str, tmp_path) -
     y = got["y0"]  # [steps, directions, batch, hidden]: zero past each sequence's end
     for b, n in enumerate(consts["lens"]):
         assert not y[n:, :, b].any()
+
+
+@pytest.mark.parametrize(("op", "opset"), [("Upsample", 7), ("Upsample", 9), ("Resize", 10)])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [(1, 1, 2, 3), (1, 1, 2.5, 1.5), (1, 1, 0.6, 0.5)])
+def test_upsample_and_resize_of_old_opsets_keep_their_meaning(
+    op: str, opset: int, mode: str, scales: tuple[float, ...], tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Before opset 11 a resize used asymmetric coordinates and, for nearest, the pixel at or below
+    (above when shrinking); converted to a newer opset it would take half-pixel coordinates."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    if op == "Upsample" and min(scales) < 1:
+        pytest.skip("Upsample only enlarges (onnxruntime refuses scales below 1)")
+    x = np.random.default_rng(3).random((1, 3, 4, 5)).astype(np.float32)
+    out = [int(np.floor(s * d)) for s, d in zip(scales, x.shape, strict=True)]
+    attrs: dict[str, object] = {"mode": mode}
+    inputs, inits = ["x", "s"], [numpy_helper.from_array(np.array(scales, np.float32), "s")]
+    if opset == 7:
+        attrs["scales"] = [float(s) for s in scales]
+        inputs, inits = ["x"], []
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    (want,) = run_ort(model, {"x": x}).values()
+    (got,) = compile_and_run(model, {"x": x}, tmp_path).values()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
