@@ -639,28 +639,138 @@ def _reduce(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit(base, [x], **kw)]
 
 
+def _extreme_position(ctx: NodeContext, x: Expr, axis: int, keepdims: int, last: bool) -> Expr:
+    """The first (or last) position along `axis` of x's maximum, as int64: the maximum along the axis,
+    then the extreme position that holds it (the reductions temper has)."""
+    n = x.type.shape[axis]
+    extreme = ctx.emit("reduce_max", [x], axes=(axis,), keepdims=1)
+    hit = ctx.emit("equal", [x, extreme])
+    positions = _positions(ctx, n, axis, x.type.ndim)
+    if last:
+        chosen = ctx.emit("where", [hit, positions, ctx.new_const(np.int64(-1))])
+        return ctx.emit("reduce_max", [chosen], axes=(axis,), keepdims=keepdims)
+    chosen = ctx.emit("where", [hit, ctx.emit("neg", [positions]), ctx.new_const(np.int64(-n))])
+    return ctx.emit("neg", [ctx.emit("reduce_max", [chosen], axes=(axis,), keepdims=keepdims)])
+
+
+def _positions(ctx: NodeContext, n: int, axis: int, rank: int) -> Expr:
+    """0..n-1 (int64) along `axis` of a tensor of `rank`, 1 along the other axes."""
+    view = [1] * rank
+    view[axis] = n
+    return ctx.new_const(np.arange(n, dtype=np.int64).reshape(view), name=f"{ctx.name}.positions")
+
+
 def _arg_extreme(ctx: NodeContext) -> Sequence[Expr]:
-    """ArgMax / ArgMin from reductions temper has: the extreme value along the axis, then the first
-    (or, with select_last_index, the last) position that holds it."""
+    """ArgMax / ArgMin: the first (or, with select_last_index, the last) position of the extreme."""
     x = ctx.arg(0)
     axis = norm_axis(int(ctx.attr("axis", 0)), x.type.ndim)
-    keepdims = int(ctx.attr("keepdims", 1))
-    n = x.type.shape[axis]
     source = x if ctx.op_type == "ArgMax" else ctx.emit("neg", [x])
-    extreme = ctx.emit("reduce_max", [source], axes=(axis,), keepdims=1)
-    hit = ctx.emit("equal", [source, extreme])
-    view = [1] * x.type.ndim
-    view[axis] = n
-    positions = ctx.new_const(np.arange(n, dtype=np.int64).reshape(view), name=f"{ctx.name}.positions")
-    if ctx.attr("select_last_index", 0):
-        chosen = ctx.emit("where", [hit, positions, ctx.new_const(np.int64(-1))])
-        return [ctx.emit("reduce_max", [chosen], axes=(axis,), keepdims=keepdims)]
-    chosen = ctx.emit("where", [hit, ctx.emit("neg", [positions]), ctx.new_const(np.int64(-n))])
-    return [ctx.emit("neg", [ctx.emit("reduce_max", [chosen], axes=(axis,), keepdims=keepdims)])]
+    keepdims = int(ctx.attr("keepdims", 1))
+    return [_extreme_position(ctx, source, axis, keepdims, bool(ctx.attr("select_last_index", 0)))]
+
+
+def _hardmax(ctx: NodeContext) -> Sequence[Expr]:
+    """1 at the first maximum along `axis`, 0 elsewhere."""
+    x = ctx.arg(0)
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.type.ndim)
+    first = _extreme_position(ctx, x, axis, 1, last=False)
+    hit = ctx.emit("equal", [_positions(ctx, x.type.shape[axis], axis, x.type.ndim), first])
+    return [ctx.emit("cast", [hit], to=x.type.dtype)]
+
+
+# ---- norms ------------------------------------------------------------------------------------------
+
+
+def _lp_norm(ctx: NodeContext, x: Expr, p: float, axes: tuple[int, ...]) -> Expr:
+    """(sum |x|^p)^(1/p) over `axes`, kept as size-1 dims."""
+    if p == 2:
+        return ctx.emit("sqrt", [ctx.emit("reduce_sum", [ctx.emit("mul", [x, x])], axes=axes, keepdims=1)])
+    if p == 1:
+        return ctx.emit("reduce_sum", [ctx.emit("abs", [x])], axes=axes, keepdims=1)
+    powered = ctx.emit("pow", [ctx.emit("abs", [x]), ctx.new_const(np.float32(p))])
+    total = ctx.emit("reduce_sum", [powered], axes=axes, keepdims=1)
+    return ctx.emit("pow", [total, ctx.new_const(np.float32(1.0 / p))])
+
+
+def _lp_normalization(ctx: NodeContext) -> Sequence[Expr]:
+    """x over its L1 or L2 norm along `axis`; a vector of zeros stays zeros, as onnxruntime leaves it."""
+    x = ctx.arg(0)
+    axis = norm_axis(int(ctx.attr("axis", -1)), x.type.ndim)
+    norm = _lp_norm(ctx, x, int(ctx.attr("p", 2)), (axis,))
+    zero = ctx.emit("equal", [norm, ctx.new_const(np.float32(0))])
+    safe = ctx.emit("where", [zero, ctx.new_const(np.float32(1)), norm])
+    return [ctx.emit("div", [x, safe])]
+
+
+def _check_lp(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """LpNormalization of p 1 or 2 (all ONNX defines); LpPool without dilations."""
+    if node.op_type == "LpNormalization" and int(attrs.get("p", 2)) not in (1, 2):
+        return f"LpNormalization p={attrs['p']} (ONNX defines 1 and 2)"
+    if node.op_type == "LpPool" and any(d != 1 for d in attrs.get("dilations", [])):
+        return "dilated LpPool"
+    if node.op_type == "LpPool":
+        return _check_window(node, attrs, info)
+    return None
+
+
+def _mean_variance_normalization(ctx: NodeContext) -> Sequence[Expr]:
+    """(x - mean) / (standard deviation + 1e-9) over `axes` (ONNX's definition, its epsilon)."""
+    x = ctx.arg(0)
+    axes = tuple(sorted({norm_axis(int(a), x.type.ndim) for a in ctx.attr("axes", [0, 2, 3])}))
+    mean = ctx.emit("reduce_mean", [x], axes=axes, keepdims=1)
+    centred = ctx.emit("sub", [x, mean])
+    variance = ctx.emit("reduce_mean", [ctx.emit("mul", [centred, centred])], axes=axes, keepdims=1)
+    deviation = ctx.emit("add", [ctx.emit("sqrt", [variance]), ctx.new_const(np.float32(1e-9))])
+    return [ctx.emit("div", [centred, deviation])]
+
+
+def _lp_pool(ctx: NodeContext) -> Sequence[Expr]:
+    """(sum over the window of |x|^p)^(1/p): the average pool of |x|^p counting the pads, times the
+    taps it divided by."""
+    x = _spatial_input(ctx)
+    kernel = list(ctx.attr("kernel_shape", []))
+    if len(kernel) != x.type.ndim - 2:
+        raise ctx.error(f"kernel_shape {kernel} does not match input {list(x.type.shape)}")
+    g = _lift(_window(ctx, x, kernel), kernel)
+    p = float(ctx.attr("p", 2))
+    x2 = _to_2d(ctx, x) if x.type.ndim == 3 else x
+    powered = (
+        ctx.emit("mul", [x2, x2])
+        if p == 2
+        else ctx.emit("pow", [ctx.emit("abs", [x2]), ctx.new_const(np.float32(p))])
+    )
+    ceil_mode = int(ctx.attr("ceil_mode", 0))
+    mean = ctx.emit(
+        "avg_pool2d",
+        [powered],
+        kernel=g["kernel"],
+        strides=g["strides"],
+        pads=g["pads"],
+        ceil_mode=ceil_mode,
+        count_include_pad=1,
+    )
+    (kh, kw), (sh, sw), (top, left, bottom, right) = g["kernel"], g["strides"], g["pads"]
+    oh, ow = mean.type.shape[2:]
+    rows = window_counts(x2.type.shape[2], kh, sh, top, bottom, oh, True)
+    cols = window_counts(x2.type.shape[3], kw, sw, left, right, ow, True)
+    taps = np.maximum(np.outer(rows, cols), 1.0).astype(np.float32)
+    total = ctx.emit("mul", [mean, ctx.new_const(taps, name=f"{ctx.name}.taps")])
+    y = ctx.emit("sqrt", [total]) if p == 2 else ctx.emit("pow", [total, ctx.new_const(np.float32(1.0 / p))])
+    return [_from_2d(ctx, y, x.type.ndim)]
+
+
+def _global_lp_pool(ctx: NodeContext) -> Sequence[Expr]:
+    x = ctx.arg(0)
+    return [_lp_norm(ctx, x, float(ctx.attr("p", 2)), tuple(range(2, x.type.ndim)))]
 
 
 CONVERTERS: dict[str, OpConverter] = {
     "ArgMax": OpConverter(_arg_extreme),
+    "Hardmax": OpConverter(_hardmax),
+    "LpNormalization": OpConverter(_lp_normalization, _check_lp),
+    "MeanVarianceNormalization": OpConverter(_mean_variance_normalization),
+    "LpPool": OpConverter(_lp_pool, _check_lp),
+    "GlobalLpPool": OpConverter(_global_lp_pool),
     "ArgMin": OpConverter(_arg_extreme),
     "Conv": OpConverter(_conv, _check_conv),
     "ConvTranspose": OpConverter(_conv_transpose, _check_window),

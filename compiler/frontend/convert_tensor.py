@@ -14,6 +14,7 @@ import onnx
 
 from compiler.errors import ShapeError
 from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanInfo
+from compiler.frontend.convert_math import onnx_dtype_name
 from compiler.graph.ir import Const, Expr
 from compiler.ops.common import broadcast_shapes, norm_axis
 
@@ -326,6 +327,87 @@ def _pad(ctx: NodeContext) -> Sequence[Expr]:
     return [y]
 
 
+def _center_crop_pad(ctx: NodeContext) -> Sequence[Expr]:
+    """Each listed axis cropped or zero-padded to its target length about its centre (the odd element
+    at the end, as ONNX's reference puts it)."""
+    x = ctx.arg(0)
+    rank = x.type.ndim
+    target = ctx.ints(1, "CenterCropPad shape")
+    assert target is not None
+    axes = [_axis(ctx, a, rank) for a in ctx.attr("axes", range(rank))]
+    if len(target) != len(axes) or min(target, default=1) < 1:
+        raise ctx.error(f"CenterCropPad shape {target} does not match axes {axes} (or is not positive)")
+    crop: dict[int, tuple[int, int, int]] = {}
+    pads = [0] * (2 * rank)
+    for a, length in zip(axes, target, strict=True):
+        size = x.type.shape[a]
+        if length < size:
+            start = (size - length) // 2
+            crop[a] = (start, start + length, 1)
+        elif length > size:
+            pads[a] = (length - size) // 2
+            pads[a + rank] = length - size - pads[a]
+    y = emit_slice(ctx, x, crop) if crop else x
+    if any(pads):
+        y = ctx.emit("pad", [y], pads=tuple(pads), mode="constant", value=0.0)
+    return [y]
+
+
+def _check_constant_inputs(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """OneHot's depth and values, and CenterCropPad's shape, known at compile time (they set the
+    output's shape and contents)."""
+    needed = {"OneHot": ((1, "depth"), (2, "values")), "CenterCropPad": ((1, "shape"),)}[node.op_type]
+    for i, what in needed:
+        if len(node.input) > i and node.input[i] and node.input[i] not in info.consts:
+            return f"{node.op_type} with its {what} computed at run time"
+    return None
+
+
+def _one_hot(ctx: NodeContext) -> Sequence[Expr]:
+    """values[1] where the position along the new `axis` equals the index (negative ones count from
+    the end of `depth`), values[0] elsewhere; indices outside [-depth, depth) give values[0]."""
+    indices = ctx.arg(0)
+    depth_data = ctx.const(1, "OneHot depth")
+    values = ctx.const(2, "OneHot values")
+    assert depth_data is not None and values is not None
+    if depth_data.size != 1 or values.size != 2:
+        raise ctx.error(f"OneHot needs one depth and two values, got {depth_data.size} and {values.size}")
+    depth = int(depth_data.reshape(-1)[0])
+    if depth < 1:
+        raise ctx.error(f"OneHot depth {depth} must be positive")
+    rank = indices.type.ndim + 1
+    axis = _axis(ctx, int(ctx.attr("axis", -1)), rank)
+    if indices.type.dtype != "int64":
+        indices = ctx.emit("cast", [indices], to="int64")  # float indices truncate, as ONNX says
+    negative = ctx.emit("less", [indices, ctx.new_const(np.int64(0))])
+    wrapped = ctx.emit(
+        "where", [negative, ctx.emit("add", [indices, ctx.new_const(np.int64(depth))]), indices]
+    )
+    shape = list(indices.type.shape)
+    shape.insert(axis, 1)
+    column = ctx.emit("reshape", [wrapped], shape=tuple(shape))
+    view = [1] * rank
+    view[axis] = depth
+    positions = ctx.new_const(np.arange(depth, dtype=np.int64).reshape(view), name=f"{ctx.name}.positions")
+    hit = ctx.emit("equal", [column, positions])
+    off, on = (ctx.new_const(v, name=f"{ctx.name}.value{i}") for i, v in enumerate(values.reshape(-1)))
+    return [ctx.emit("where", [hit, on, off])]
+
+
+def _eye_like(ctx: NodeContext) -> Sequence[Expr]:
+    """An identity matrix (ones on diagonal k) of the input's shape: a constant, the input's values
+    are not read."""
+    x = ctx.arg(0)
+    if x.type.ndim != 2:
+        raise ctx.error(f"EyeLike needs a 2-D input, got {list(x.type.shape)}")
+    code = ctx.attr("dtype")
+    dtype = x.type.dtype if code is None else onnx_dtype_name(int(code))
+    if dtype is None:
+        raise ctx.error(f"EyeLike dtype {code} (not one temper computes in)")
+    rows, cols = x.type.shape
+    return [ctx.new_const(np.eye(rows, cols, int(ctx.attr("k", 0)), dtype=dtype), name=f"{ctx.name}.eye")]
+
+
 def _check_pad(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
     """Modes constant, reflect and edge (not wrap)."""
     mode = attrs.get("mode", "constant")
@@ -532,6 +614,9 @@ CONVERTERS: dict[str, OpConverter] = {
     "Expand": OpConverter(_expand),
     "Tile": OpConverter(_tile),
     "Pad": OpConverter(_pad, _check_pad),
+    "CenterCropPad": OpConverter(_center_crop_pad, _check_constant_inputs),
+    "OneHot": OpConverter(_one_hot, _check_constant_inputs),
+    "EyeLike": OpConverter(_eye_like),
     "Resize": OpConverter(_resize, _check_resize),
     "GridSample": OpConverter(_grid_sample, _check_grid_sample),
     "AffineGrid": OpConverter(_affine_grid, _check_affine_grid),

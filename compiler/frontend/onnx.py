@@ -130,8 +130,12 @@ def import_model(
 
 # attribute defaults that ONNX's shape inference reads otherwise than the op's definition (it takes
 # an STFT without `onesided` as two-sided, where the default is one-sided, and then refuses the
-# model's own declared output shape): spelled out before inference, which changes no meaning
-SPELLED_DEFAULTS: dict[str, dict[str, int]] = {"STFT": {"onesided": 1}}
+# model's own declared output shape; MeanVarianceNormalization's function body fails on its missing
+# `axes`): spelled out before inference, which changes no meaning
+SPELLED_DEFAULTS: dict[str, dict[str, int | list[int]]] = {
+    "STFT": {"onesided": 1},
+    "MeanVarianceNormalization": {"axes": [0, 2, 3]},
+}
 
 
 def spell_out_defaults(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -256,3 +256,23 @@ def test_upsample_and_resize_of_old_opsets_keep_their_meaning(
     (want,) = run_ort(model, {"x": x}).values()
     (got,) = compile_and_run(model, {"x": x}, tmp_path).values()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_mean_variance_normalization_without_axes_takes_the_default(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ONNX's own shape inference fails on such a node (its function body reads the missing axes):
+    the importer spells out the default (0, 2, 3) first."""
+    from onnx import TensorProto, helper
+
+    x = np.random.default_rng(5).standard_normal((2, 3, 4, 5)).astype(np.float32) * 3 + 1
+    node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], name="mvn")
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node],
+        "mvn",
+        [value("x", TensorProto.FLOAT, list(x.shape))],
+        [value("y", TensorProto.FLOAT, list(x.shape))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (want,) = run_ort(model, {"x": x}).values()
+    (got,) = compile_and_run(model, {"x": x}, tmp_path).values()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

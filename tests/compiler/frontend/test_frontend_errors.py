@@ -79,7 +79,7 @@ def test_unsupported_opset_is_named(opset: int) -> None:
 def test_every_unsupported_node_is_listed_once() -> None:
     nodes = [
         helper.make_node("MyCustomOp", ["x"], ["a"], name="custom", domain="com.example"),
-        helper.make_node("Hardmax", ["a"], ["b"], name="hardmax"),
+        helper.make_node("Bernoulli", ["a"], ["b"], name="coin"),
         helper.make_node(
             "Resize",
             ["b", "", "scales"],
@@ -109,11 +109,11 @@ def test_every_unsupported_node_is_listed_once() -> None:
     with pytest.raises(UnsupportedOpError) as info:
         load_onnx(model)
     err = info.value
-    assert [n[0] for n in err.nodes] == ["custom", "hardmax", "resize_crop", "to_double", "pool"]
+    assert [n[0] for n in err.nodes] == ["custom", "coin", "resize_crop", "to_double", "pool"]
     assert err.nodes[0] == ("custom", "MyCustomOp", 1)
-    assert err.nodes[1] == ("hardmax", "Hardmax", 17)
+    assert err.nodes[1] == ("coin", "Bernoulli", 17)
     text = str(err)
-    fragments = ("com.example", "Hardmax", "tf_crop_and_resize", "DOUBLE", "Indices", "Supported ONNX ops")
+    fragments = ("com.example", "Bernoulli", "tf_crop_and_resize", "DOUBLE", "Indices", "Supported ONNX ops")
     for fragment in fragments:
         assert fragment in text
 
@@ -437,8 +437,8 @@ def test_type_errors_are_model_errors() -> None:
 
 
 def test_unsupported_nodes_are_reported_before_inference_errors() -> None:
-    with pytest.raises(UnsupportedOpError, match="Hardmax"):
-        load_onnx(type_clash_model([helper.make_node("Hardmax", ["s"], ["y"], name="hm")]))
+    with pytest.raises(UnsupportedOpError, match="Bernoulli"):
+        load_onnx(type_clash_model([helper.make_node("Bernoulli", ["s"], ["y"], name="coin")]))
 
 
 @pytest.mark.parametrize(
@@ -530,3 +530,12 @@ def test_windows_of_unsupported_rank_are_refused_up_front(
     with pytest.raises(UnsupportedOpError, match=message) as info:
         load_onnx(model)
     assert info.value.nodes == [("node", op, 17)]
+
+
+def test_a_one_hot_depth_computed_at_run_time_is_refused_up_front() -> None:
+    """The depth sets the output's shape: it must be known at compile time."""
+    inputs = {"i": np.zeros(3, np.int64), "d": np.array(4, np.int64)}
+    model, _ = single_op("OneHot", inputs, {"v": np.array([0.0, 1.0], np.float32)}, opset=18)
+    with pytest.raises(UnsupportedOpError, match="OneHot with its depth computed at run time") as info:
+        load_onnx(model)
+    assert info.value.nodes == [("node", "OneHot", 18)]

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from onnx import TensorProto
 
 from compiler.frontend.convert_recurrent import GATES
 from tests.compiler.frontend.onnx_check import check_against_ort, single_op
@@ -262,6 +263,63 @@ case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepd
 case("ArgMax_ties_first", "ArgMax", {"x": lambda: TIES}, axis=1)
 case("ArgMax_ties_last", "ArgMax", {"x": lambda: TIES}, axis=1, select_last_index=1)
 case("ArgMin_ties_last", "ArgMin", {"x": lambda: TIES}, axis=0, keepdims=0, select_last_index=1)
+case("Hardmax", "Hardmax", {"x": lambda: randn(3, 5, 4)})
+case("Hardmax_ties_axis0", "Hardmax", {"x": lambda: TIES}, axis=0)
+ROWS = {"x": lambda: np.concatenate([randn(3, 6), np.zeros((1, 6), F32)])}  # the last row's norm is 0
+case("LpNormalization_l2", "LpNormalization", ROWS)
+case("LpNormalization_l1_axis0", "LpNormalization", ROWS, axis=0, p=1)
+case(
+    "MeanVarianceNormalization",
+    "MeanVarianceNormalization",
+    {"x": lambda: randn(2, 3, 4, 5) * 3 + 1},
+    axes=[0, 2, 3],
+)
+case(
+    "MeanVarianceNormalization_axes",
+    "MeanVarianceNormalization",
+    {"x": lambda: randn(2, 3, 4, 5)},
+    axes=[1, -1],
+)
+case(
+    "LpPool",
+    "LpPool",
+    {"x": lambda: randn(2, 3, 7, 6)},
+    kernel_shape=[3, 2],
+    strides=[2, 2],
+    pads=[1, 0, 1, 1],
+)
+case(
+    "LpPool_p3_ceil",
+    "LpPool",
+    {"x": lambda: randn(1, 2, 7, 7)},
+    opset=18,
+    kernel_shape=[2, 2],
+    p=3,
+    strides=[2, 2],
+    ceil_mode=1,
+)
+case("LpPool_1d_p1", "LpPool", {"x": lambda: randn(2, 3, 9)}, kernel_shape=[3], p=1, auto_pad="SAME_UPPER")
+case("GlobalLpPool", "GlobalLpPool", {"x": lambda: randn(2, 3, 4, 5)})
+case("GlobalLpPool_p3", "GlobalLpPool", {"x": lambda: randn(2, 3, 4, 5)}, p=3)
+case(
+    "OneHot",
+    "OneHot",
+    {"i": lambda: np.array([[0, 3, -1], [2, -4, 1]], I64)},
+    {"d": ints(4), "v": f(-1.0, 2.0)},
+)
+case(
+    "OneHot_axis0_out_of_range",
+    "OneHot",
+    {"i": lambda: np.array([0, 5, -6, 2], I64)},
+    {"d": ints(5), "v": np.array([0, 7], I64)},
+    axis=0,
+)
+case("EyeLike", "EyeLike", {"x": lambda: randn(3, 5)}, k=1)
+case("EyeLike_int_below", "EyeLike", {"x": lambda: randn(4, 3)}, k=-2, dtype=TensorProto.INT64)
+case(
+    "CenterCropPad", "CenterCropPad", {"x": lambda: randn(2, 5, 6)}, {"s": ints(3, 9)}, opset=18, axes=[1, 2]
+)
+case("CenterCropPad_all_axes", "CenterCropPad", {"x": lambda: randn(4, 5)}, {"s": ints(7, 2)}, opset=18)
 case("IsNaN", "IsNaN", {"x": lambda: f(0.0, np.nan, -np.inf, np.inf, 1.0, -np.nan)})
 case("IsInf", "IsInf", {"x": lambda: f(0.0, np.nan, -np.inf, np.inf, 1e38, -1.0)})
 case("IsInf_positive", "IsInf", {"x": lambda: f(0.0, np.nan, -np.inf, np.inf)}, detect_negative=0)

@@ -29,10 +29,10 @@ UNKNOWN_ID = "0123456789abcdef0123456789abcdef"
 
 
 def unsupported_model() -> bytes:
-    """Two nodes temper cannot compile (Det, Hardmax) next to a supported one."""
+    """Two nodes temper cannot compile (Det, Bernoulli) next to a supported one."""
     nodes = [
         helper.make_node("Det", ["x"], ["d"], name="the_det"),
-        helper.make_node("Hardmax", ["x"], ["h"], name="the_hardmax"),
+        helper.make_node("Bernoulli", ["x"], ["h"], name="the_coin"),
         helper.make_node("Relu", ["x"], ["r"], name="fine_relu"),
     ]
     graph = helper.make_graph(
@@ -327,7 +327,7 @@ def _bad_uploads() -> list[Any]:
             {"data": unsupported_model()},
             422,
             "unsupported_op",
-            ["2 unsupported node(s)", "the_det", "Det", "the_hardmax", "Hardmax"],
+            ["2 unsupported node(s)", "the_det", "Det", "the_coin", "Bernoulli"],
             id="unsupported-ops",
         ),
         pytest.param(
