@@ -240,7 +240,7 @@ def _conv_transpose_pads(
 
 
 def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
-    x, w = _spatial_input(ctx), ctx.arg(1)
+    x, w = ctx.arg(0), ctx.arg(1)
     kernel = list(w.type.shape[2:])
     sp = len(kernel)
     if w.type.ndim != x.type.ndim or list(ctx.attr("kernel_shape", kernel)) != kernel:
@@ -253,6 +253,13 @@ def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
     if not len(strides) == len(dilations) == len(out_pad) == sp:
         raise ctx.error(f"strides / dilations / output_padding do not match a {sp}-D kernel")
     pads, out_pad = _conv_transpose_pads(ctx, x, kernel, strides, dilations)
+    if x.type.ndim == 5:
+        y = _conv_transpose3d(ctx, x, w, {"strides": strides, "dilations": dilations, "pads": pads}, out_pad)
+        bias = ctx.optional(2)
+        if bias is None:
+            return [y]
+        return [ctx.emit("add", [y, ctx.emit("reshape", [bias], shape=(1, bias.type.size, 1, 1, 1))])]
+    x = _spatial_input(ctx)
     g = _lift({"strides": strides, "dilations": dilations, "pads": pads}, kernel)
     if x.type.ndim == 3:
         x, w = _to_2d(ctx, x), _to_2d(ctx, w)
@@ -267,6 +274,80 @@ def _conv_transpose(ctx: NodeContext) -> Sequence[Expr]:
         output_padding=tuple(out_pad),
     )
     return [_from_2d(ctx, _add_channel_bias(ctx, y, ctx.optional(2)), ctx.arg(0).type.ndim)]
+
+
+def _conv_transpose3d(
+    ctx: NodeContext, x: Expr, w: Expr, geom: dict[str, list[int]], out_pad: Sequence[int]
+) -> Expr:
+    """A 3-D transposed conv [N, C, T, H, W] as one 2-D transposed conv over frames: output frame
+    s*q + r sums the input frames q - m through the kernel's time tap r + s*m (the time taps of a
+    phase, as conv_transpose_phases splits a plane), so each frame q stacks its input frames q - m as
+    channels, the 2-D transposed conv writes every time phase r as channels, and these interleave
+    into frames; a slice crops the time pads."""
+    weight = ctx.const(1, "a 3-D ConvTranspose's weight")
+    assert weight is not None
+    if int(ctx.attr("group", 1)) != 1:
+        raise ctx.error("grouped 3-D ConvTranspose (supported: one group)")
+    n, c, frames, h, wd = x.type.shape
+    _, out_ch, kt, kh, kw = weight.shape
+    (st, sh, sw), (dt, dh, dw), pads = geom["strides"], geom["dilations"], geom["pads"]
+    reach = dt * (kt - 1) + 1
+    taps = -(-reach // st)  # input frames per output frame of one phase
+    spread = np.zeros((c, out_ch, taps * st, kh, kw), dtype=np.float32)
+    spread[:, :, :reach:dt] = weight
+    by_tap = spread.reshape(c, out_ch, taps, st, kh, kw).transpose(2, 0, 3, 1, 4, 5)  # [m, c, r, o, ...]
+    planes_weight = ctx.new_const(np.ascontiguousarray(by_tap.reshape(taps * c, st * out_ch, kh, kw)))
+    full = st * (frames - 1) + out_pad[0] + reach  # output frames before the pads crop them
+    rows = -(-full // st)  # frames of each phase
+    before, after = taps - 1, max(0, rows - frames)
+    if before or after:
+        x = ctx.emit("pad", [x], pads=(0, 0, before, 0, 0, 0, 0, after, 0, 0), mode="constant", value=0.0)
+    shifted = [
+        ctx.emit(
+            "slice",
+            [x],
+            starts=(0, 0, before - m, 0, 0),
+            ends=(n, c, before - m + rows, h, wd),
+            axes=(0, 1, 2, 3, 4),
+            steps=(1, 1, 1, 1, 1),
+        )
+        for m in range(taps)
+    ]
+    stacked = shifted[0] if taps == 1 else ctx.emit("concat", shifted, axis=1)  # channels (tap, channel)
+    planes = ctx.emit("transpose", [stacked], perm=(0, 2, 1, 3, 4))
+    planes = ctx.emit("reshape", [planes], shape=(n * rows, taps * c, h, wd))
+    y = ctx.emit(
+        "conv_transpose2d",
+        [planes, planes_weight],
+        strides=(sh, sw),
+        pads=(pads[1], pads[2], pads[4], pads[5]),
+        dilations=(dh, dw),
+        groups=1,
+        output_padding=(out_pad[1], out_pad[2]),
+    )
+    ho, wo = y.type.shape[2:]
+    y = ctx.emit("reshape", [y], shape=(n, rows, st, out_ch, ho, wo))
+    y = ctx.emit("transpose", [y], perm=(0, 3, 1, 2, 4, 5))
+    y = ctx.emit("reshape", [y], shape=(n, out_ch, rows * st, ho, wo))
+    return ctx.emit(
+        "slice",
+        [y],
+        starts=(0, 0, pads[0], 0, 0),
+        ends=(n, out_ch, full - pads[3], ho, wo),
+        axes=(0, 1, 2, 3, 4),
+        steps=(1, 1, 1, 1, 1),
+    )
+
+
+def _check_conv_transpose(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """1-D, 2-D and 3-D transposed convolutions (3-D: one group, a weight known at compile time)."""
+    reason = _check_window(node, attrs, info, (1, 2, 3))
+    if reason is None and _spatial_rank(node, attrs, info) == 3:
+        if int(attrs.get("group", 1)) != 1:
+            return "grouped 3-D ConvTranspose (supported: one group)"
+        if len(node.input) > 1 and node.input[1] not in info.consts:
+            return "3-D ConvTranspose with a weight computed at run time"
+    return reason
 
 
 # ---- column-to-image --------------------------------------------------------------------------------
@@ -773,7 +854,7 @@ CONVERTERS: dict[str, OpConverter] = {
     "GlobalLpPool": OpConverter(_global_lp_pool),
     "ArgMin": OpConverter(_arg_extreme),
     "Conv": OpConverter(_conv, _check_conv),
-    "ConvTranspose": OpConverter(_conv_transpose, _check_window),
+    "ConvTranspose": OpConverter(_conv_transpose, _check_conv_transpose),
     "Col2Im": OpConverter(_col2im, _check_col2im),
     "MaxPool": OpConverter(_pool, _check_pool),
     "AveragePool": OpConverter(_pool, _check_pool),

@@ -129,7 +129,6 @@ EXCLUDED: dict[str, str] = {
     # -- shapes ------------------------------------------------------------------------------------
     r"_empty_set_|^test_split_zero_size_splits_|^test_reshape_allowzero_reordered_": "zero-sized tensors "
     "(a dimension of 0): temper's kernels and static memory plan assume every tensor holds elements",
-    r"^test_convtranspose_3d": "3-D transposed convolution (temper's are 1-D and 2-D)",
     r"^test_lppool_3d_": "3-D LpPool (temper's are 1-D and 2-D)",
     r"^test_lppool_2d_dilations": "dilated LpPool (opset 18): no exported model uses it",
     r"^test_onehot_": "OneHot's depth fed at run time: temper needs it at compile time (the output's shape); "

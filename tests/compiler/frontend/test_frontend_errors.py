@@ -520,13 +520,15 @@ def test_errors_in_a_model_with_large_weights_are_still_found() -> None:
     ("op", "shape", "weight", "message"),
     [
         ("Conv", (1, 2, 3, 4, 5, 6), (2, 2, 1, 1, 1, 1), "4-D Conv"),  # 4-D spatial: no such kernel
-        ("ConvTranspose", (1, 2, 3, 4, 5), (2, 2, 1, 1, 1), "3-D ConvTranspose"),
+        ("ConvTranspose", (1, 2, 3, 4, 5, 6), (2, 2, 1, 1, 1, 1), "4-D ConvTranspose"),
+        ("ConvTranspose", (1, 2, 3, 4, 5), (2, 1, 1, 1, 1), "grouped 3-D ConvTranspose"),
     ],
 )
 def test_windows_of_unsupported_rank_are_refused_up_front(
     op: str, shape: tuple[int, ...], weight: tuple[int, ...], message: str
 ) -> None:
-    model, _ = single_op(op, {"x": np.zeros(shape, np.float32)}, {"w": np.ones(weight, np.float32)})
+    group = {"group": 2} if "grouped" in message else {}
+    model, _ = single_op(op, {"x": np.zeros(shape, np.float32)}, {"w": np.ones(weight, np.float32)}, **group)
     with pytest.raises(UnsupportedOpError, match=message) as info:
         load_onnx(model)
     assert info.value.nodes == [("node", op, 17)]

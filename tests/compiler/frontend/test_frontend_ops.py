@@ -489,6 +489,26 @@ for include in (0, 1):
         count_include_pad=include,
     )
 case("AveragePool3d_ceil", "AveragePool", X3, kernel_shape=[2, 3, 3], strides=[2, 2, 2], ceil_mode=1)
+# 3-D transposed convs (volumetric decoders): a 2-D transposed conv over frames, time phases as channels
+case("ConvTranspose3d", "ConvTranspose", X3, {"w": randn(4, 3, 2, 2, 2), "b": randn(3)}, strides=[2, 2, 2])
+case(
+    "ConvTranspose3d_pads_output_padding",
+    "ConvTranspose",
+    X3,
+    {"w": randn(4, 2, 3, 3, 2)},
+    strides=[2, 1, 3],
+    pads=[1, 1, 0, 1, 0, 1],
+    output_padding=[1, 0, 2],
+)
+case(
+    "ConvTranspose3d_dilated",
+    "ConvTranspose",
+    X3,
+    {"w": randn(4, 2, 2, 3, 1)},
+    strides=[3, 2, 1],
+    dilations=[2, 1, 1],
+)
+case("ConvTranspose3d_stride1", "ConvTranspose", X3, {"w": randn(4, 5, 3, 1, 3)}, pads=[1, 0, 1, 1, 0, 1])
 XT = {"x": lambda: randn(2, 4, 5, 5)}
 case("ConvTranspose", "ConvTranspose", XT, {"w": randn(4, 3, 3, 3)}, strides=[2, 2])
 case(
