@@ -54,6 +54,11 @@ FROZEN_SLOTS: dict[str, tuple[int, ...]] = {
     "ReduceMean": (1,),
     "ReduceSum": (1,),
     "ReduceMax": (1,),
+    "ReduceProd": (1,),
+    "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,),
+    # An axis operand decides which loops the kernel has.
+    "CumProd": (1,),
     # Scalar attributes passed as inputs since opset 11/12: constants in every real model.
     "Clip": (1, 2),
     "Dropout": (1, 2),

@@ -31,13 +31,22 @@ from compiler.codegen.access import (
     store_access,
 )
 from compiler.codegen.mathfns import (
+    emit_acos,
+    emit_acosh,
+    emit_asin,
+    emit_asinh,
+    emit_atan,
+    emit_atanh,
     emit_cos,
+    emit_cosh,
     emit_erf,
     emit_exp,
     emit_log,
     emit_pow,
     emit_sigmoid,
     emit_sin,
+    emit_sinh,
+    emit_tan,
     emit_tanh,
 )
 from compiler.codegen.stream import (
@@ -508,6 +517,15 @@ class KernelEmitter:
         "pow": emit_pow,
         "sin": emit_sin,
         "cos": emit_cos,
+        "tan": emit_tan,
+        "asin": emit_asin,
+        "acos": emit_acos,
+        "atan": emit_atan,
+        "sinh": emit_sinh,
+        "cosh": emit_cosh,
+        "asinh": emit_asinh,
+        "acosh": emit_acosh,
+        "atanh": emit_atanh,
     }
     _LLVM_MATH = {
         "log": "log",
@@ -518,7 +536,14 @@ class KernelEmitter:
         "round": "roundeven",
         "pow": "pow",
     }
-    _LIBM = {"tanh": "tanhf", "erf": "erff", "exp": "expf", "sin": "sinf", "cos": "cosf"}
+    _LIBM = {
+        "tanh": "tanhf",
+        "erf": "erff",
+        "exp": "expf",
+        "sin": "sinf",
+        "cos": "cosf",
+        **{f: f"{f}f" for f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
+    }
 
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
         b = ctx.builder

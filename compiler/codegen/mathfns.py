@@ -1,16 +1,21 @@
-"""Inline float32 math (exp, tanh, erf, log, pow, sin, cos) that works on scalars and LLVM vectors alike.
+"""Inline float32 math (exp, tanh, erf, log, pow, sin, cos, tan, the inverse trigonometric and the
+hyperbolic functions) that works on scalars and LLVM vectors alike.
 
 libm has no vector entry points LLVM can call here, so `llvm.exp.v8f32` would become eight scalar
 calls; these polynomial forms keep vectorized loops vectorized. Accuracy: exp within ~2 ulp
 (range reduction by ln 2, degree-6 polynomial), tanh via exp, erf within 1.5e-7 absolute
 (Abramowitz & Stegun 7.1.26), log within ~1 ulp (Cephes logf), pow within ~0.5 ulp (computed in
 float64 from float32 inputs, so the rounding of the float32 result dominates), sin and cos within
-~2.5e-7 absolute (range reduction by pi/2 in float64, Cephes sinf/cosf polynomials).
+~2.5e-7 absolute (range reduction by pi/2 in float64, Cephes sinf/cosf polynomials). tan, acos,
+asin, atan, sinh, cosh, acosh, asinh and atanh are computed in float64 with errors far below
+float32's, so that their one rounding to float32 dominates; tan reduces its argument exactly for
+every float32 (Payne-Hanek).
 """
 
 from __future__ import annotations
 
 import math
+import struct
 
 from llvmlite import ir
 
@@ -20,6 +25,8 @@ I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 FLT_MIN = 2.0**-126  # the smallest normal float32
 SQRT_HALF_BITS = 0x3F3504F3  # float32 sqrt(1/2): the mantissa range [sqrt(1/2), sqrt(2)) starts here
+DBL_MIN = 2.0**-1022  # the smallest normal float64
+SQRT_HALF_BITS_F64: int = struct.unpack("<Q", struct.pack("<d", math.sqrt(0.5)))[0]
 
 
 def _const(ty: ir.Type, v: float) -> ir.Constant:
@@ -160,17 +167,27 @@ def emit_erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.call(_intrinsic(m, "copysign", ty, 2), [r, x])
 
 
+def _layout(ty: ir.Type) -> tuple[int, int, float]:
+    """(mantissa bits, bits of sqrt(1/2), smallest normal value) of float32 or float64 (lane type)."""
+    elem = ty.element if isinstance(ty, ir.VectorType) else ty
+    if isinstance(elem, ir.DoubleType):
+        return 52, SQRT_HALF_BITS_F64, DBL_MIN
+    return 23, SQRT_HALF_BITS, FLT_MIN
+
+
 def _log_reduce(b: ir.IRBuilder, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     """(k, m) with x = 2^k * m, k an integer and m in [sqrt(1/2), sqrt(2)), for positive finite
-    float32 x; subnormals are scaled by 2^23 first so that their bits hold a normal float."""
+    float32 or float64 x; subnormals are scaled by 2^(mantissa bits) first so that their bits hold a
+    normal float."""
     ty = x.type
     it = _int_ty(ty)
-    tiny = b.fcmp_ordered("<", x, _const(ty, FLT_MIN))
-    x = b.select(tiny, b.fmul(x, _const(ty, 2.0**23)), x)
+    bits, sqrt_half, smallest = _layout(ty)
+    tiny = b.fcmp_ordered("<", x, _const(ty, smallest))
+    x = b.select(tiny, b.fmul(x, _const(ty, 2.0**bits)), x)
     # subtracting sqrt(1/2)'s bits moves the exponent boundary from 1 to sqrt(1/2)
-    ix = b.sub(b.bitcast(x, it), _const_int(it, SQRT_HALF_BITS))
-    k = b.add(b.ashr(ix, _const_int(it, 23)), b.select(tiny, _const_int(it, -23), _const_int(it, 0)))
-    m = b.bitcast(b.add(b.and_(ix, _const_int(it, 0x7FFFFF)), _const_int(it, SQRT_HALF_BITS)), ty)
+    ix = b.sub(b.bitcast(x, it), _const_int(it, sqrt_half))
+    k = b.add(b.ashr(ix, _const_int(it, bits)), b.select(tiny, _const_int(it, -bits), _const_int(it, 0)))
+    m = b.bitcast(b.add(b.and_(ix, _const_int(it, (1 << bits) - 1)), _const_int(it, sqrt_half)), ty)
     return k, m
 
 
@@ -315,3 +332,259 @@ def emit_sin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def emit_cos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return emit_sin_cos(b, x, cosine=True)
+
+
+# ---- tan, the inverse trigonometric and the hyperbolic functions: float64 inside ----------------------
+#
+# Each works in float64 on the float32 argument (exact there) and rounds once at the end, so its
+# error is that rounding: the polynomials and reductions below are accurate far beyond float32.
+
+
+def _f64(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.fpext(x, _with_element(x.type, F64))
+
+
+def _fabs(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.call(_intrinsic(b.module, "fabs", x.type, 1), [x])
+
+
+def _sqrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return b.call(_intrinsic(b.module, "sqrt", x.type, 1), [x])
+
+
+def _with_sign_of(b: ir.IRBuilder, r: ir.Value, x: ir.Value) -> ir.Value:
+    """|r| with the sign of x (odd functions computed on |x|; -0 stays -0)."""
+    return b.call(_intrinsic(b.module, "copysign", r.type, 2), [r, x])
+
+
+def _keep_nan(b: ir.IRBuilder, x: ir.Value, r: ir.Value) -> ir.Value:
+    """r, or x where x is NaN (for results whose clamps lose the NaN)."""
+    return b.select(b.fcmp_unordered("uno", x, x), x, r)
+
+
+def _ln_f64(b: ir.IRBuilder, y: ir.Value) -> ir.Value:
+    """Natural log of float64 y with an error near float64's own: k ln2 + log(m) (see _log_reduce),
+    log(m) as 2 atanh(s) with s = (m - 1) / (m + 1), |s| <= 0.172, by its series to s^19. log(0) =
+    -inf, log(inf) = inf, NaN and negative y give NaN."""
+    ty = y.type
+    k, m = _log_reduce(b, y)
+    f = b.fsub(m, _const(ty, 1.0))
+    s = b.fdiv(f, b.fadd(_const(ty, 2.0), f))
+    series = _poly(b, _fast(b.fmul(s, s)), [2.0 / (2 * j + 1) for j in range(10)])
+    r = _fast(b.fadd(_fast(b.fmul(s, series)), b.fmul(b.sitofp(k, ty), _const(ty, math.log(2.0)))))
+    r = b.select(b.fcmp_ordered("==", y, _const(ty, math.inf)), _const(ty, math.inf), r)
+    r = b.select(b.fcmp_ordered("==", y, _const(ty, 0.0)), _const(ty, -math.inf), r)
+    return b.select(b.fcmp_unordered("<", y, _const(ty, 0.0)), _const(ty, math.nan), r)
+
+
+def _two_over_pi_chunks(count: int) -> list[float]:
+    """2/pi as `count` doubles c_j * 2^(-24(j+1)), each c_j a 24-bit integer, so that a float32 times
+    any of them is exact in float64. Computed from pi by Machin's formula in integers: no table of
+    digits to mistype."""
+    bits = 24 * count
+    one = 1 << (bits + 32)  # 32 guard bits absorb the truncation of each series term
+
+    def arctan_inv(n: int) -> int:
+        total, power, k = 0, one // n, 0
+        while power:
+            term = power // (2 * k + 1)
+            total += -term if k % 2 else term
+            power //= n * n
+            k += 1
+        return total
+
+    pi = 16 * arctan_inv(5) - 4 * arctan_inv(239)
+    fixed = (2 * one << bits) // pi  # floor(2/pi * 2^bits)
+    return [((fixed >> (bits - 24 * (j + 1))) & 0xFFFFFF) * 2.0 ** (-24 * (j + 1)) for j in range(count)]
+
+
+# 240 bits: for the largest float32 (a 24-bit integer times 2^104) the bits of 2/pi above 2^-103 only
+# add multiples of 4 quarter turns; the ones below must still fix f to float64 precision where f is
+# smallest (a float32 comes within about 2^-30 quarter turns of a multiple of pi/2)
+_TWO_OVER_PI = _two_over_pi_chunks(10)
+
+
+def _mod4(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """v mod 4 of a non-negative double, exact (both terms are multiples of v's ulp, or of 4)."""
+    ty = v.type
+    whole = b.call(_intrinsic(b.module, "floor", ty, 1), [b.fmul(v, _const(ty, 0.25))])
+    return b.fsub(v, b.fmul(whole, _const(ty, 4.0)))
+
+
+def _quarter_turns(b: ir.IRBuilder, ax: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(f, q) in float64 with ax * 2/pi = 4n + q + f for non-negative float32 ax: q in {0, 1, 2, 3},
+    f in [-1/2, 1/2], accurate to float64 relative to f itself for every float32 (a Payne-Hanek
+    reduction without tables: ax times each chunk of 2/pi is exact, so is its remainder mod 4, and
+    the remainders are summed with TwoSum keeping every rounding error). inf and NaN give NaN."""
+    ty = _with_element(ax.type, F64)
+    xd = b.fpext(ax, ty)
+    hi, lo = _const(ty, 0.0), _const(ty, 0.0)
+    for chunk in _TWO_OVER_PI:
+        t = _mod4(b, b.fmul(xd, _const(ty, chunk)))
+        s = b.fadd(hi, t)
+        back = b.fsub(s, hi)
+        lo = b.fadd(lo, b.fadd(b.fsub(hi, b.fsub(s, back)), b.fsub(t, back)))
+        hi = _mod4(b, s)
+    n = b.call(_intrinsic(b.module, "roundeven", ty, 1), [hi])
+    return b.fadd(b.fsub(hi, n), lo), _mod4(b, n)
+
+
+# Taylor coefficients of sin r / r and cos r in z = r^2: for |r| <= pi/4 the first term left out is
+# below 1e-15 of the value
+_SIN_TAYLOR = [(-1.0) ** j / math.factorial(2 * j + 1) for j in range(8)]
+_COS_TAYLOR = [(-1.0) ** j / math.factorial(2 * j) for j in range(8)]
+
+
+def emit_tan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """tan x of float32 x: |x| = (4n + q + f) pi/2 exactly (_quarter_turns), r = f pi/2 in
+    [-pi/4, pi/4], sin r and cos r by their Taylor series, tan |x| = sin r / cos r, or -cos r / sin r
+    in an odd quadrant; then the sign of x (tan is odd). Exact reduction matters more for tan than
+    for sin: near a pole, an absolute error e in r becomes a relative error of about e / r in the
+    result. inf and NaN give NaN."""
+    ty = x.type
+    f, q = _quarter_turns(b, _fabs(b, x))
+    dty = f.type
+    r = b.fmul(f, _const(dty, math.pi / 2.0))
+    z = b.fmul(r, r)
+    sin_r = _fast(b.fmul(r, _poly(b, z, _SIN_TAYLOR)))
+    cos_r = _poly(b, z, _COS_TAYLOR)
+    odd = b.or_(b.fcmp_ordered("==", q, _const(dty, 1.0)), b.fcmp_ordered("==", q, _const(dty, 3.0)))
+    num = b.select(odd, b.fneg(cos_r), sin_r)
+    den = b.select(odd, sin_r, cos_r)
+    t = b.fptrunc(b.fdiv(num, den), ty)
+    it = _int_ty(ty)
+    negative = b.icmp_signed("<", b.bitcast(x, it), _const_int(it, 0))  # -0 too
+    return b.select(negative, b.fneg(t), t)
+
+
+# asin t = t + t z P(z), z = t^2, on |t| <= 1/2; atan t = t + t z Q(z) on |t| <= tan(pi/8): least
+# squares fits of the relative error on Chebyshev nodes, of a degree that leaves it far below float32's
+_ASIN_P = [0.16666666630946575, 0.07500004584614628, 0.04464085082774746, 0.030424117483453972,
+           0.02188719970697075, 0.020541429296240744, 0.002244061947674101, 0.03264132311634203]  # fmt: skip
+_ATAN_Q = [-0.333333332964673, 0.1999999443642039, -0.1428542832664333, 0.11104091645042322,
+           -0.08997647834255848, 0.06994823555394171, -0.037986733082775836]  # fmt: skip
+_TAN_PI_8 = math.tan(math.pi / 8)
+_TAN_3PI_8 = math.tan(3 * math.pi / 8)
+
+
+def _asin_parts(b: ir.IRBuilder, a: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(p, outer) for float64 a = |x|: p = asin a when a <= 1/2 (outer false), else p = asin of
+    sqrt((1 - a) / 2), which is (pi/2 - asin a) / 2 (outer true): near |x| = 1 this keeps asin's and
+    acos's accuracy, as 1 - a is exact. a > 1 makes the root, and so p, NaN."""
+    ty = a.type
+    outer = b.fcmp_ordered(">", a, _const(ty, 0.5))
+    half_gap = b.fmul(b.fsub(_const(ty, 1.0), a), _const(ty, 0.5))
+    t = b.select(outer, _sqrt(b, half_gap), a)
+    z = b.select(outer, half_gap, b.fmul(a, a))
+    p = _fast(b.fadd(t, _fast(b.fmul(_fast(b.fmul(t, z)), _poly(b, z, _ASIN_P)))))
+    return p, outer
+
+
+def emit_asin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """asin x: p or pi/2 - 2p (_asin_parts) with the sign of x; NaN outside [-1, 1]."""
+    ty = x.type
+    p, outer = _asin_parts(b, _f64(b, _fabs(b, x)))
+    r = b.select(outer, b.fsub(_const(p.type, math.pi / 2.0), b.fmul(p, _const(p.type, 2.0))), p)
+    return _with_sign_of(b, b.fptrunc(r, ty), x)
+
+
+def emit_acos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """acos x = pi/2 - asin x for |x| <= 1/2; 2p, or pi - 2p for negative x, beyond (_asin_parts):
+    near x = 1, where acos x goes to 0, no subtraction loses its digits. NaN outside [-1, 1]."""
+    ty = x.type
+    p, outer = _asin_parts(b, _f64(b, _fabs(b, x)))
+    dty = p.type
+    negative = b.fcmp_ordered("<", x, _const(ty, 0.0))
+    twice = b.fmul(p, _const(dty, 2.0))
+    beyond = b.select(negative, b.fsub(_const(dty, math.pi), twice), twice)
+    within = b.fsub(_const(dty, math.pi / 2.0), _with_sign_of(b, p, _f64(b, x)))
+    return b.fptrunc(b.select(outer, beyond, within), ty)
+
+
+def emit_atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """atan x: |x| reduced to |t| <= tan(pi/8) (Cephes' three ranges: t = |x|, (|x| - 1) / (|x| + 1)
+    plus pi/4, or -1/|x| plus pi/2), the polynomial, then the sign of x. atan(+-inf) = +-pi/2."""
+    ty = x.type
+    a = _f64(b, _fabs(b, x))
+    dty = a.type
+    one = _const(dty, 1.0)
+    far = b.fcmp_ordered(">", a, _const(dty, _TAN_3PI_8))
+    mid = b.fcmp_ordered(">", a, _const(dty, _TAN_PI_8))
+    t = b.select(far, b.fdiv(_const(dty, -1.0), a), b.select(mid, b.fdiv(b.fsub(a, one), b.fadd(a, one)), a))
+    base = b.select(
+        far, _const(dty, math.pi / 2.0), b.select(mid, _const(dty, math.pi / 4.0), _const(dty, 0.0))
+    )
+    z = b.fmul(t, t)
+    p = _fast(b.fadd(t, _fast(b.fmul(_fast(b.fmul(t, z)), _poly(b, z, _ATAN_Q)))))
+    return _with_sign_of(b, b.fptrunc(b.fadd(base, p), ty), x)
+
+
+def _exp_pair(b: ir.IRBuilder, ax: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(e^ax, e^-ax) in float64 for float32 ax >= 0: float64's range holds e^ax well past the
+    float32 overflow of cosh and sinh (e^ax alone overflows float32 from ax = 88.7, cosh only from
+    89.4). NaN is lost (_exp2_f64's clamps): callers keep it."""
+    ty = _with_element(ax.type, F64)
+    e = _exp2_f64(b, b.fmul(b.fpext(ax, ty), _const(ty, 1.0 / math.log(2.0))))
+    return e, b.fdiv(_const(ty, 1.0), e)
+
+
+def emit_cosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """cosh x = (e^|x| + e^-|x|) / 2, inf past float32's range; NaN stays NaN."""
+    e, inv = _exp_pair(b, _fabs(b, x))
+    r = b.fmul(b.fadd(e, inv), _const(e.type, 0.5))
+    return _keep_nan(b, x, b.fptrunc(r, x.type))
+
+
+# below this |x|, e^|x| - e^-|x| would cancel: sinh takes its Taylor series to x^7 there instead
+_SINH_SERIES_BELOW = 2.0**-5
+
+
+def emit_sinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """sinh x = (e^|x| - e^-|x|) / 2 with the sign of x, by the series near 0 (a tiny x is its own
+    sinh); +-inf past float32's range, NaN stays NaN."""
+    ax = _fabs(b, x)
+    e, inv = _exp_pair(b, ax)
+    dty = e.type
+    a = b.fpext(ax, dty)
+    series = _fast(b.fmul(a, _poly(b, b.fmul(a, a), [1.0 / math.factorial(2 * j + 1) for j in range(4)])))
+    near = b.fcmp_ordered("<", a, _const(dty, _SINH_SERIES_BELOW))
+    r = b.select(near, series, b.fmul(b.fsub(e, inv), _const(dty, 0.5)))
+    return _keep_nan(b, x, _with_sign_of(b, b.fptrunc(r, x.type), x))
+
+
+# below this |x|, the logarithms of asinh and atanh would take 1 + |x| rounded: their series instead
+# (asinh x = x - x^3/6 + ..., atanh x = x + x^3/3 + ...: the first term left out is below 2^-48 of x)
+_LOG_SERIES_BELOW = 2.0**-12
+
+
+def emit_asinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """asinh x = log(|x| + sqrt(x^2 + 1)) with the sign of x (x^2 cannot overflow in float64),
+    |x| - |x|^3/6 near 0; +-inf at +-inf, NaN stays NaN."""
+    a = _f64(b, _fabs(b, x))
+    ty = a.type
+    wide = _ln_f64(b, b.fadd(a, _sqrt(b, b.fadd(b.fmul(a, a), _const(ty, 1.0)))))
+    series = b.fsub(a, b.fmul(b.fmul(a, b.fmul(a, a)), _const(ty, 1.0 / 6.0)))
+    r = b.select(b.fcmp_ordered("<", a, _const(ty, _LOG_SERIES_BELOW)), series, wide)
+    return _with_sign_of(b, b.fptrunc(r, x.type), x)
+
+
+def emit_acosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """acosh x = log(x + sqrt(x^2 - 1)): in float64 x^2 - 1 is exact near x = 1 (where acosh goes to 0
+    like sqrt(2 (x - 1))) and cannot overflow; NaN below 1 (where x^2 - 1 is no test: it is positive
+    again below -1), inf at inf."""
+    xd = _f64(b, x)
+    root = _sqrt(b, b.fsub(b.fmul(xd, xd), _const(xd.type, 1.0)))
+    r = b.fptrunc(_ln_f64(b, b.fadd(xd, root)), x.type)
+    return b.select(b.fcmp_ordered("<", x, _const(x.type, 1.0)), _const(x.type, math.nan), r)
+
+
+def emit_atanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """atanh x = log((1 + |x|) / (1 - |x|)) / 2 with the sign of x (both sums exact in float64),
+    |x| + |x|^3/3 near 0; +-inf at +-1, NaN beyond."""
+    a = _f64(b, _fabs(b, x))
+    ty = a.type
+    one = _const(ty, 1.0)
+    wide = b.fmul(_ln_f64(b, b.fdiv(b.fadd(one, a), b.fsub(one, a))), _const(ty, 0.5))
+    series = b.fadd(a, b.fmul(b.fmul(a, b.fmul(a, a)), _const(ty, 1.0 / 3.0)))
+    r = b.select(b.fcmp_ordered("<", a, _const(ty, _LOG_SERIES_BELOW)), series, wide)
+    return _with_sign_of(b, b.fptrunc(r, x.type), x)

@@ -7,7 +7,7 @@ call into a Const when every argument is constant, so shape subgraphs disappear 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -164,15 +164,20 @@ def emit(
 @dataclass(frozen=True)
 class ScanInfo:
     """What the up-front support check knows before any conversion: opset, which values are
-    compile-time constants, declared/inferred ranks, and which values something consumes."""
+    compile-time constants, declared/inferred ranks, which values something consumes, and the
+    declared/inferred element types (ONNX TensorProto codes)."""
 
     opset: int
     consts: frozenset[str]
     ranks: dict[str, int]
     used: frozenset[str]
+    dtypes: dict[str, int] = field(default_factory=dict)
 
     def rank(self, name: str) -> int | None:
         return self.ranks.get(name)
+
+    def dtype(self, name: str) -> int | None:
+        return self.dtypes.get(name)
 
 
 Converter = Callable[[NodeContext], Sequence[Expr | None]]

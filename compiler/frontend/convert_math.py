@@ -34,6 +34,20 @@ _UNARY = {
     "Cos": "cos",
     "HardSwish": "hard_swish",
 }
+# float functions with no integer form (ONNX defines them on float types only): float32 and float16
+# tensors, the latter computed in float32
+_FLOAT_UNARY = {
+    "Tan": "tan",
+    "Asin": "asin",
+    "Acos": "acos",
+    "Atan": "atan",
+    "Sinh": "sinh",
+    "Cosh": "cosh",
+    "Asinh": "asinh",
+    "Acosh": "acosh",
+    "Atanh": "atanh",
+}
+FLOAT_DTYPES = ("float32", "float16")
 _BINARY = {
     "Add": "add",
     "Sub": "sub",
@@ -59,6 +73,15 @@ def _binary(op: str) -> Converter:
         return [ctx.emit(op, [ctx.arg(0), ctx.arg(1)])]
 
     return convert
+
+
+def check_float_input(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """float32 and float16 inputs only."""
+    code = info.dtype(node.input[0]) if node.input and node.input[0] else None
+    if code is None or onnx_dtype_name(code) in FLOAT_DTYPES:
+        return None
+    dtype = onnx_dtype_name(code) or helper.tensor_dtype_to_string(code).removeprefix("TensorProto.").lower()
+    return f"{node.op_type} of {dtype} tensors (supported: {', '.join(FLOAT_DTYPES)})"
 
 
 def _variadic(op: str) -> Converter:
@@ -203,6 +226,21 @@ def _mod(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit("where", [ctx.emit("equal", [r, zero]), r, moved])]
 
 
+def _shrink(ctx: NodeContext) -> Sequence[Expr]:
+    """x + bias below -lambd, x - bias above lambd, 0 between (and for NaN, as onnxruntime)."""
+    x = ctx.arg(0)
+    lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))
+
+    def scalar(value: float, what: str) -> Const:
+        return ctx.new_const(np.float32(value), name=f"{ctx.name}.{what}")
+
+    shift = scalar(bias, "bias")
+    below = ctx.emit("less", [x, scalar(-lambd, "low")])
+    above = ctx.emit("greater", [x, scalar(lambd, "high")])
+    inner = ctx.emit("where", [above, ctx.emit("sub", [x, shift]), scalar(0.0, "zero")])
+    return [ctx.emit("where", [below, ctx.emit("add", [x, shift]), inner])]
+
+
 def _isinf(ctx: NodeContext) -> Sequence[Expr]:
     flags = {k: int(ctx.attr(k, 1)) for k in ("detect_positive", "detect_negative")}
     return [ctx.emit("isinf", [ctx.arg(0)], **flags)]
@@ -210,11 +248,13 @@ def _isinf(ctx: NodeContext) -> Sequence[Expr]:
 
 CONVERTERS: dict[str, OpConverter] = {
     **{onnx_op: OpConverter(_unary(op)) for onnx_op, op in _UNARY.items()},
+    **{onnx_op: OpConverter(_unary(op), check_float_input) for onnx_op, op in _FLOAT_UNARY.items()},
     **{onnx_op: OpConverter(_binary(op)) for onnx_op, op in _BINARY.items()},
     "LeakyRelu": OpConverter(_leaky_relu),
     "HardSigmoid": OpConverter(_hard_sigmoid),
     "Gelu": OpConverter(_gelu),
     "Clip": OpConverter(_clip),
+    "Shrink": OpConverter(_shrink, check_float_input),
     "Softplus": OpConverter(_unary("softplus")),
     "Mish": OpConverter(_unary("mish")),
     "Softsign": OpConverter(_unary("softsign")),

@@ -681,7 +681,7 @@ def _softmax(op: str) -> Converter:
 # ---- reductions -------------------------------------------------------------------------------------
 
 
-def _reduce_axes(ctx: NodeContext, x: Expr) -> tuple[int, ...] | None:
+def reduce_axes(ctx: NodeContext, x: Expr) -> tuple[int, ...] | None:
     """Resolved axes, or None when the node is an identity (empty axes with noop_with_empty_axes)."""
     axes_from_input = ctx.op_type == "ReduceSum" or ctx.opset >= 18
     axes = ctx.ints(1, "axes") if axes_from_input else ctx.attr("axes")
@@ -697,11 +697,13 @@ def _reduce_axes(ctx: NodeContext, x: Expr) -> tuple[int, ...] | None:
 
 def _reduce(ctx: NodeContext) -> Sequence[Expr]:
     x = ctx.arg(0)
-    axes = _reduce_axes(ctx, x)
-    if axes is None:
-        return [x]
-    kw = {"axes": axes, "keepdims": int(ctx.attr("keepdims", 1))}
+    axes = reduce_axes(ctx, x)
     op = ctx.op_type
+    if axes is None:  # nothing reduced: what each op computes of one element
+        if op == "ReduceSumSquare":
+            return [ctx.emit("mul", [x, x])]
+        return [ctx.emit("abs", [x])] if op in ("ReduceL1", "ReduceL2") else [x]
+    kw = {"axes": axes, "keepdims": int(ctx.attr("keepdims", 1))}
     if x.type.dtype == "bool" and op in ("ReduceMax", "ReduceMin"):  # any / all (opset 20 on)
         flags = ctx.emit("cast", [x], to="int32")
         if op == "ReduceMin":

@@ -214,11 +214,21 @@ def _gather_elements(ctx: NodeContext) -> Sequence[Expr]:
     return [ctx.emit("gather_elements", [data, ctx.arg(1)], axis=axis)]
 
 
-def _cumsum(ctx: NodeContext) -> Sequence[Expr]:
+def _cumulative(ctx: NodeContext) -> Sequence[Expr]:
+    """CumSum / CumProd along their axis (exclusive: each position leaves itself out; reverse: from
+    the end)."""
     x = ctx.arg(0)
-    (axis,) = ctx.ints(1, "CumSum axis") or [0]
+    (axis,) = ctx.ints(1, f"{ctx.op_type} axis") or [0]
     flags = {k: int(ctx.attr(k, 0)) for k in ("exclusive", "reverse")}
-    return [ctx.emit("cumsum", [x], axis=_axis(ctx, axis, x.type.ndim), **flags)]
+    op = {"CumSum": "cumsum", "CumProd": "cumprod"}[ctx.op_type]
+    return [ctx.emit(op, [x], axis=_axis(ctx, axis, x.type.ndim), **flags)]
+
+
+def _check_cumulative(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
+    """The axis known at compile time."""
+    if len(node.input) > 1 and node.input[1] and node.input[1] not in info.consts:
+        return f"{node.op_type} axis computed at run time (temper needs it when it compiles)"
+    return None
 
 
 def _scatter(op: str) -> Converter:
@@ -605,7 +615,8 @@ CONVERTERS: dict[str, OpConverter] = {
     "Split": OpConverter(_split),
     "Gather": OpConverter(_gather),
     "GatherND": OpConverter(_gather_nd),
-    "CumSum": OpConverter(_cumsum),
+    "CumSum": OpConverter(_cumulative, _check_cumulative),
+    "CumProd": OpConverter(_cumulative, _check_cumulative),
     "Trilu": OpConverter(_trilu),
     "TopK": OpConverter(_topk),
     "ScatterND": OpConverter(_scatter("scatter_nd"), _check_scatter),

@@ -27,6 +27,7 @@ from compiler.frontend import (
     convert_math,
     convert_nn,
     convert_recurrent,
+    convert_reduce,
     convert_signal,
     convert_tensor,
     convert_transformer,
@@ -49,6 +50,7 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 CONVERTERS: dict[str, OpConverter] = {
     **convert_math.CONVERTERS,
     **convert_nn.CONVERTERS,
+    **convert_reduce.CONVERTERS,
     **convert_tensor.CONVERTERS,
     **convert_einsum.CONVERTERS,
     **convert_attention.CONVERTERS,
@@ -352,12 +354,17 @@ def _scan(proto: onnx.ModelProto, opset: int, inferred: onnx.GraphProto | None) 
         ):
             consts.update(o for o in node.output if o)
     ranks: dict[str, int] = {t.name: len(t.dims) for t in graph.initializer}
+    dtypes: dict[str, int] = {t.name: t.data_type for t in graph.initializer}
     typed = inferred if inferred is not None else graph
     for vi in (*typed.input, *typed.value_info, *typed.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        if vi.type.tensor_type.HasField("shape"):
             ranks.setdefault(vi.name, len(vi.type.tensor_type.shape.dim))
+        if vi.type.tensor_type.elem_type != onnx.TensorProto.UNDEFINED:
+            dtypes.setdefault(vi.name, vi.type.tensor_type.elem_type)
     used = {n for node in graph.node for n in node.input if n} | {o.name for o in graph.output}
-    return ScanInfo(opset, frozenset(consts), ranks, frozenset(used))
+    return ScanInfo(opset, frozenset(consts), ranks, frozenset(used), dtypes)
 
 
 def _unsupported_reason(node: onnx.NodeProto, info: ScanInfo) -> str | None:

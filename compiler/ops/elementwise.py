@@ -113,6 +113,33 @@ def _erf_ref(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
     return erf64(_f64(a[0])).astype(a[0].dtype)
 
 
+def _in_float64(fn: Callable[[np.ndarray], np.ndarray]) -> ReferenceFn:
+    """A reference computed by numpy in float64 and rounded once to the input's dtype (the rounding
+    is the only error the compiled code is allowed); NaN outside the domain and overflow to inf
+    come quietly, as the compiled code gives them."""
+
+    def reference(a: Sequence[np.ndarray], _: dict[str, Any]) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(_f64(a[0]))).astype(a[0].dtype)
+
+    return reference
+
+
+# tan, the inverse trigonometric and the hyperbolic functions: graph op -> its float64 numpy function.
+# Each lowers to one call of the same name (inline float32 code: compiler/codegen/mathfns.py).
+FLOAT64_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+}
+
+
 def _leaky_relu(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0]
     return np.where(x < 0, x * np.float32(attrs["alpha"]), x).astype(x.dtype)
@@ -205,6 +232,11 @@ def _gelu_expr(x: Expr, attrs: dict[str, Any]) -> Expr:
     return te.mul(half, te.add(_fc(1.0, x), te.call("erf", te.mul(x, _fc(1.0 / math.sqrt(2.0), x)))))
 
 
+def _intrinsic_call(name: str) -> Callable[[Expr, dict[str, Any]], Expr]:
+    """The compute of a function code generation emits whole: one call of `name`."""
+    return lambda x, a: te.call(name, x)
+
+
 UNARY_COMPUTES: dict[str, Callable[[Expr, dict[str, Any]], Expr]] = {
     "neg": lambda x, a: te.sub(_fc(0, x), x),
     "abs": lambda x, a: (
@@ -234,6 +266,7 @@ UNARY_COMPUTES: dict[str, Callable[[Expr, dict[str, Any]], Expr]] = {
         x, te.maximum(_fc(0, x), te.minimum(_fc(1, x), te.add(te.mul(_fc(1.0 / 6.0, x), x), _fc(0.5, x))))
     ),
     "gelu": _gelu_expr,
+    **{name: _intrinsic_call(name) for name in FLOAT64_FUNCTIONS},
 }
 
 
@@ -263,6 +296,7 @@ UNARY_OPS: tuple[tuple[str, tuple[str, ...], ReferenceFn, tuple[str, ...]], ...]
     ("clip", NUMERIC, _clip, ("min", "max")),  # -inf / inf when the ONNX model leaves them out
     ("hard_sigmoid", (FLOAT,), _hard_sigmoid, ("alpha", "beta")),  # max(0, min(1, alpha * x + beta))
     ("hard_swish", (FLOAT,), _hard_swish, ()),
+    *((name, (FLOAT,), _in_float64(fn), ()) for name, fn in FLOAT64_FUNCTIONS.items()),
 )
 for _name, _dtypes, _reference, _attrs in UNARY_OPS:
     register(

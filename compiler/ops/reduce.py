@@ -1,4 +1,4 @@
-"""Reductions over a set of axes: reduce_sum, reduce_mean, reduce_max.
+"""Reductions over a set of axes: reduce_sum, reduce_mean, reduce_max, reduce_prod.
 
 Attributes: axes (sorted, unique, non-negative; empty means "reduce nothing"), keepdims (0 | 1).
 The frontend resolves ONNX defaults (missing axes = all axes) before building the call.
@@ -48,7 +48,7 @@ def _reduce_infer(op: str, allowed: Sequence[str]) -> Callable[..., TensorType]:
             raise fail(f"{op} axes {list(axes)} must be sorted, unique and within rank {x.ndim}")
         if keepdims not in (0, 1):
             raise fail(f"{op} keepdims must be 0 or 1, got {keepdims}")
-        if any(x.shape[a] == 0 for a in axes) and op != "reduce_sum":
+        if any(x.shape[a] == 0 for a in axes) and op not in ("reduce_sum", "reduce_prod"):
             raise fail(f"{op} over an empty axis of {list(x.shape)}")
         return TensorType(reduced_shape(x.shape, axes, bool(keepdims)), x.dtype)
 
@@ -70,6 +70,15 @@ def _reduce_mean(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 def _reduce_max(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = a[0]
     out: np.ndarray = np.max(x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]))
+    return out
+
+
+def _reduce_prod(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = a[0]
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN as the compiled product gives them
+        out: np.ndarray = np.prod(
+            x, axis=tuple(attrs["axes"]), keepdims=bool(attrs["keepdims"]), dtype=x.dtype
+        )
     return out
 
 
@@ -97,10 +106,11 @@ def _reduce_compute(kind: str) -> Callable[..., te.Tensor]:
                     k += 1
             return src
 
-        if kind == "max":
+        if kind in ("max", "prod"):
+            combine = te.reduce_max if kind == "max" else te.reduce_prod
             return te.compute(
                 out.shape,
-                lambda *ix: te.reduce_max(x[index(*ix)], list(raxes.values())),
+                lambda *ix: combine(x[index(*ix)], list(raxes.values())),
                 name,
                 tag="reduce",
                 dtype=out.dtype,
@@ -240,5 +250,17 @@ register(
         compute=_reduce_compute("max"),
         schedule=reduce_schedule,
         version=2,  # 2: own schedule (version 1 traces were the generic schedule's)
+    )
+)
+# reduce_prod(x), attrs: axes, keepdims (its lanes are not combined as vectors: a product's rows
+# stay serial, a kept innermost axis still runs as vectors)
+register(
+    OpDef(
+        "reduce_prod",
+        Pattern.REDUCTION,
+        _reduce_infer("reduce_prod", NUMERIC),
+        _reduce_prod,
+        compute=_reduce_compute("prod"),
+        schedule=reduce_schedule,
     )
 )

@@ -1,8 +1,8 @@
 """Tensor expressions: how op families state their math (the compute definition).
 
 `compute(shape, lambda i, j: ...)` describes every output element; reductions use
-`reduce_sum/reduce_max` over `reduce_axis` variables. Lowering turns each computed tensor into
-one block inside a naive loop nest; schedules then reshape those loops.
+`reduce_sum/reduce_prod/reduce_max` over `reduce_axis` variables. Lowering turns each computed
+tensor into one block inside a naive loop nest; schedules then reshape those loops.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from compiler.tir.ir import (
 class Reduce:
     """Top-level body of a reduction stage: combine `source` over `axes` starting from `identity`."""
 
-    combiner: str  # "sum" | "max" | "min"
+    combiner: str  # "sum" | "prod" | "max" | "min"
     source: Expr
     axes: tuple[IterVar, ...]
     identity: Expr
@@ -140,6 +140,11 @@ def tensor_scope() -> Iterator[dict[Buffer, Tensor]]:
 def reduce_sum(source: Expr, axes: Sequence[IterVar]) -> Reduce:
     zero = FloatImm(0.0, source.dtype) if source.dtype.startswith("float") else IntImm(0, source.dtype)
     return Reduce("sum", source, tuple(axes), zero)
+
+
+def reduce_prod(source: Expr, axes: Sequence[IterVar]) -> Reduce:
+    one = FloatImm(1.0, source.dtype) if source.dtype.startswith("float") else IntImm(1, source.dtype)
+    return Reduce("prod", source, tuple(axes), one)
 
 
 def _lowest(dtype: str, sign: int) -> Expr:

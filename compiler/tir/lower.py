@@ -23,7 +23,7 @@ from compiler.tir.ir import (
     seq,
 )
 
-_COMBINE = {"sum": "+", "max": "max", "min": "min"}
+_COMBINE = {"sum": "+", "prod": "*", "max": "max", "min": "min"}
 
 
 def stages_of(output: Tensor) -> list[Tensor]:

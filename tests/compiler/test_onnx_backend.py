@@ -62,6 +62,16 @@ CLAIMED_OPS: dict[str, str] = {
     "Erf": r"erf",
     "Sin": r"sin",  # "test_sinh_" is another op's: the stem is followed by "_"
     "Cos": r"cos",
+    "Tan": r"tan",  # "test_tanh_" is Tanh's (the stem is followed by "_")
+    "Asin": r"asin",
+    "Acos": r"acos",
+    "Atan": r"atan",
+    "Sinh": r"sinh",
+    "Cosh": r"cosh",
+    "Asinh": r"asinh",
+    "Acosh": r"acosh",
+    "Atanh": r"atanh",
+    "Shrink": r"shrink",
     "Tanh": r"tanh",
     "Sigmoid": r"sigmoid",
     "Relu": r"relu",
@@ -87,6 +97,10 @@ CLAIMED_OPS: dict[str, str] = {
     "ReduceMean": r"reduce_mean",
     "ReduceSum": r"reduce_sum(?!_square)",  # ReduceSumSquare is another op
     "ReduceMax": r"reduce_max",
+    "ReduceProd": r"reduce_prod",
+    "ReduceLogSum": r"reduce_log_sum(?!_exp)",  # ReduceLogSumExp is another op
+    "ReduceLogSumExp": r"reduce_log_sum_exp",
+    "CumProd": r"cumprod",
     "Reshape": r"reshape",
     "Flatten": r"flatten",
     "Transpose": r"transpose",
@@ -125,6 +139,10 @@ EXCLUDED: dict[str, str] = {
     r"_u?int(?:8|16)_|_uint(?:32|64)_": f"8/16-bit and unsigned integer tensors; {_FP32}",
     r"_float(?:16|64)_": f"half and double precision tensors; {_FP32}",
     r"^test_equal_string": "string tensors (temper computes on numbers only)",
+    r"^test_reduce_log_sum_exp_": "every onnx ReduceLogSumExp case is double precision (its expanded form "
+    f"casts to double); {_FP32} (test_reduce_log_sum_exp_fp32 below runs float32 cases)",
+    r"^test_cumprod_(?!\w*_int32)": f"onnx's float CumProd cases are double precision; {_FP32} "
+    "(its int32 cases run)",
     r"^test_wrap_pad_": "Pad mode 'wrap' (constant, reflect and edge are supported)",
     # -- shapes ------------------------------------------------------------------------------------
     r"_empty_set_|^test_split_zero_size_splits_|^test_reshape_allowzero_reordered_": "zero-sized tensors "
@@ -290,8 +308,9 @@ def test_every_claimed_op_has_running_cases() -> None:
     names = _node_case_names()
     # Every onnx case of these needs something temper leaves out: covered by the tests below instead
     # (STFT: by tests/compiler/frontend/test_convert_signal.py; OneHot and CenterCropPad by
-    # tests/compiler/frontend/test_frontend_ops.py).
-    without_cases = {"Cast", "CenterCropPad", "LayerNormalization", "OneHot", "STFT"}
+    # tests/compiler/frontend/test_frontend_ops.py; ReduceLogSumExp also by
+    # tests/compiler/frontend/test_convert_math_extra.py).
+    without_cases = {"Cast", "CenterCropPad", "LayerNormalization", "OneHot", "ReduceLogSumExp", "STFT"}
     for op, stem in CLAIMED_OPS.items():
         running = [n for n in names if re.match(rf"test_(?:{stem})_", n) and _exclusion(n) is None]
         if op in without_cases:
@@ -392,6 +411,28 @@ def test_cast_fp32_int64_round_trip(rng: np.random.Generator) -> None:
     (f,) = ConformanceBackend.run_model(to_float, [i])
     assert f.dtype == np.float32
     np.testing.assert_array_equal(f, i.astype(np.float32))
+
+
+def test_reduce_log_sum_exp_fp32(rng: np.random.Generator) -> None:
+    """onnx's own cases in float32: axes [1] kept (opset 13, an attribute), every axis dropped (the
+    default, opset 18)."""
+    x = rng.uniform(0, 1, (3, 2, 2)).astype(np.float32)
+    for opset, axes, keepdims in [(13, [1], 1), (18, None, 0)]:
+        attrs: dict[str, Any] = (
+            {"keepdims": keepdims} if axes is None else {"keepdims": keepdims, "axes": axes}
+        )
+        out: list[int | str] = [3, 1, 2] if keepdims else []
+        model = _single_node_model(
+            "ReduceLogSumExp",
+            [("x", TensorProto.FLOAT, [3, 2, 2])],
+            [("y", TensorProto.FLOAT, out)],
+            opset=opset,
+            **attrs,
+        )
+        (y,) = ConformanceBackend.run_model(model, [x])
+        reduced = None if axes is None else tuple(axes)
+        want = np.log(np.sum(np.exp(x.astype(np.float64)), axis=reduced, keepdims=bool(keepdims)))
+        np.testing.assert_allclose(y, want, rtol=1e-6)
 
 
 def test_equal_fp32_broadcast() -> None:

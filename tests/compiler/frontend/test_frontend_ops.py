@@ -263,6 +263,15 @@ case("ArgMin_last_axis", "ArgMin", {"x": lambda: randn(3, 5, 4)}, axis=-1, keepd
 case("ArgMax_ties_first", "ArgMax", {"x": lambda: TIES}, axis=1)
 case("ArgMax_ties_last", "ArgMax", {"x": lambda: TIES}, axis=1, select_last_index=1)
 case("ArgMin_ties_last", "ArgMin", {"x": lambda: TIES}, axis=0, keepdims=0, select_last_index=1)
+for _op in ("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax"):  # empty axes, noop: one element each
+    case(
+        f"{_op}_noop_empty_axes",
+        _op,
+        {"x": lambda: randn(2, 3)},
+        {"axes": np.zeros(0, I64)},
+        opset=18,
+        noop_with_empty_axes=1,
+    )
 case("Hardmax", "Hardmax", {"x": lambda: randn(3, 5, 4)})
 case("Hardmax_ties_axis0", "Hardmax", {"x": lambda: TIES}, axis=0)
 ROWS = {"x": lambda: np.concatenate([randn(3, 6), np.zeros((1, 6), F32)])}  # the last row's norm is 0

@@ -27,12 +27,14 @@ VOCABULARY = {
     },
     Pattern.REDUCTION: {
         *("reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm", "cumsum"),
+        *("reduce_prod", "cumprod"),
     },
     Pattern.ELEMWISE: {
         *("neg", "abs", "exp", "log", "sqrt", "reciprocal", "tanh", "sigmoid", "relu", "erf", "sin", "cos"),
         *("leaky_relu", "clip", "hard_sigmoid", "hard_swish", "gelu", "cast"),
         *("softplus", "mish", "softsign", "elu", "celu", "selu", "thresholded_relu"),
         *("floor", "ceil", "round", "sign", "isnan", "isinf"),
+        *("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"),
     },
     Pattern.BROADCAST: {
         *("add", "sub", "mul", "div", "pow", "minimum", "maximum", "equal", "less", "greater"),
