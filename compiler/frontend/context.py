@@ -164,14 +164,16 @@ def emit(
 @dataclass(frozen=True)
 class ScanInfo:
     """What the up-front support check knows before any conversion: opset, which values are
-    compile-time constants, declared/inferred ranks, which values something consumes, and the
-    declared/inferred element types (ONNX TensorProto codes)."""
+    compile-time constants, declared/inferred ranks, which values something consumes, the
+    declared/inferred element types (ONNX TensorProto codes), and each value's consumers' op types
+    (a graph output counts as consumed by "")."""
 
     opset: int
     consts: frozenset[str]
     ranks: dict[str, int]
     used: frozenset[str]
     dtypes: dict[str, int] = field(default_factory=dict)
+    consumers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def rank(self, name: str) -> int | None:
         return self.ranks.get(name)

@@ -26,6 +26,7 @@ from compiler.frontend import (
     convert_einsum,
     convert_math,
     convert_nn,
+    convert_quant,
     convert_recurrent,
     convert_reduce,
     convert_signal,
@@ -50,6 +51,7 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 CONVERTERS: dict[str, OpConverter] = {
     **convert_math.CONVERTERS,
     **convert_nn.CONVERTERS,
+    **convert_quant.CONVERTERS,
     **convert_reduce.CONVERTERS,
     **convert_tensor.CONVERTERS,
     **convert_einsum.CONVERTERS,
@@ -364,7 +366,16 @@ def _scan(proto: onnx.ModelProto, opset: int, inferred: onnx.GraphProto | None) 
         if vi.type.tensor_type.elem_type != onnx.TensorProto.UNDEFINED:
             dtypes.setdefault(vi.name, vi.type.tensor_type.elem_type)
     used = {n for node in graph.node for n in node.input if n} | {o.name for o in graph.output}
-    return ScanInfo(opset, frozenset(consts), ranks, frozenset(used), dtypes)
+    consumers: dict[str, list[str]] = {}
+    for node in graph.node:
+        for n in node.input:
+            if n:
+                consumers.setdefault(n, []).append(node.op_type)
+    for o in graph.output:
+        consumers.setdefault(o.name, []).append("")
+    return ScanInfo(
+        opset, frozenset(consts), ranks, frozenset(used), dtypes, {k: tuple(v) for k, v in consumers.items()}
+    )
 
 
 def _unsupported_reason(node: onnx.NodeProto, info: ScanInfo) -> str | None:
@@ -389,8 +400,6 @@ def _unsupported_reason(node: onnx.NodeProto, info: ScanInfo) -> str | None:
 
 QUANTIZED_OPS = frozenset(
     {
-        "QuantizeLinear",
-        "DequantizeLinear",
         "DynamicQuantizeLinear",
         "QLinearConv",
         "QLinearMatMul",
@@ -398,7 +407,8 @@ QUANTIZED_OPS = frozenset(
         "MatMulInteger",
     }
 )
-"""The default domain's int8 ops: their models are named as quantized in the unsupported error."""
+"""The default domain's int8 ops temper does not convert: their models are named as quantized in
+the unsupported error (QDQ models' QuantizeLinear / DequantizeLinear are converted: convert_quant)."""
 
 
 def _check_supported(proto: onnx.ModelProto, info: ScanInfo) -> None:

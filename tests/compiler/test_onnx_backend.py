@@ -128,6 +128,8 @@ CLAIMED_OPS: dict[str, str] = {
     "OneHot": r"onehot",
     "EyeLike": r"eyelike",
     "CenterCropPad": r"center_crop_pad",
+    "QuantizeLinear": r"quantizelinear",
+    "DequantizeLinear": r"dequantizelinear",
 }
 
 _FP32 = "temper's tensors are float32 (float16 at a model's edges), int32, int64 and bool"
@@ -147,6 +149,9 @@ EXCLUDED: dict[str, str] = {
     # -- shapes ------------------------------------------------------------------------------------
     r"_empty_set_|^test_split_zero_size_splits_|^test_reshape_allowzero_reordered_": "zero-sized tensors "
     "(a dimension of 0): temper's kernels and static memory plan assume every tensor holds elements",
+    r"^test_(?:de)?quantizelinear": "a lone QuantizeLinear (its integers the output) or DequantizeLinear (of "
+    "an integer input): temper carries a QDQ model's integers in float32 between its pairs; "
+    "tests/compiler/frontend/test_convert_quant.py runs them so",
     r"^test_lppool_3d_": "3-D LpPool (temper's are 1-D and 2-D)",
     r"^test_lppool_2d_dilations": "dilated LpPool (opset 18): no exported model uses it",
     r"^test_onehot_": "OneHot's depth fed at run time: temper needs it at compile time (the output's shape); "
@@ -309,8 +314,18 @@ def test_every_claimed_op_has_running_cases() -> None:
     # Every onnx case of these needs something temper leaves out: covered by the tests below instead
     # (STFT: by tests/compiler/frontend/test_convert_signal.py; OneHot and CenterCropPad by
     # tests/compiler/frontend/test_frontend_ops.py; ReduceLogSumExp also by
-    # tests/compiler/frontend/test_convert_math_extra.py).
-    without_cases = {"Cast", "CenterCropPad", "LayerNormalization", "OneHot", "ReduceLogSumExp", "STFT"}
+    # tests/compiler/frontend/test_convert_math_extra.py; QuantizeLinear and DequantizeLinear by
+    # tests/compiler/frontend/test_convert_quant.py).
+    without_cases = {
+        "Cast",
+        "CenterCropPad",
+        "DequantizeLinear",
+        "LayerNormalization",
+        "OneHot",
+        "QuantizeLinear",
+        "ReduceLogSumExp",
+        "STFT",
+    }
     for op, stem in CLAIMED_OPS.items():
         running = [n for n in names if re.match(rf"test_(?:{stem})_", n) and _exclusion(n) is None]
         if op in without_cases:

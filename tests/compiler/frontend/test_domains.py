@@ -57,20 +57,23 @@ def test_a_file_onnxruntime_optimized_names_its_fused_nodes(tmp_path: Path) -> N
         assert f"({node.op_type}" in message
 
 
-def test_a_quantized_model_is_named_as_such() -> None:
-    scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
-    zero = helper.make_tensor("z", TensorProto.INT8, [], [0])
+def test_a_quantized_model_of_integer_ops_is_named_as_such() -> None:
+    """Dynamic quantization's integer ops (QDQ models' QuantizeLinear / DequantizeLinear convert:
+    tests/compiler/frontend/test_convert_quant.py)."""
+    weight = helper.make_tensor("w", TensorProto.INT8, [4, 3], [1] * 12)
     graph = helper.make_graph(
         [
-            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
-            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequant"),
+            helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"], name="quant"),
+            helper.make_node("MatMulInteger", ["q", "w", "qz"], ["y"], name="matmul"),
         ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        [scale, zero],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 3])],
+        [weight],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedOpError, match="quantized models are not supported yet") as caught:
         load_onnx(model.SerializeToString())
-    assert "quant (QuantizeLinear" in str(caught.value) and "dequant (DequantizeLinear" in str(caught.value)
+    assert "quant (DynamicQuantizeLinear" in str(caught.value) and "matmul (MatMulInteger" in str(
+        caught.value
+    )
