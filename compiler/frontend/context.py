@@ -6,7 +6,7 @@ call into a Const when every argument is constant, so shape subgraphs disappear 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,10 +86,18 @@ class NodeContext:
     inputs: list[Expr | None]  # None for an omitted optional input
     attrs: dict[str, Any]
     budget: Budget
+    # the element types (ONNX TensorProto codes) the model declares for its constants, where temper
+    # carries them in another dtype (8- and 16-bit integers in float32)
+    declared: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def op_type(self) -> str:
         return self.node.op_type
+
+    def declared_type(self, i: int) -> int | None:
+        """The ONNX element type the model gives constant input i (None: not a constant, or omitted)."""
+        name = self.node.input[i] if i < len(self.node.input) else ""
+        return self.declared.get(name) if name else None
 
     def error(self, message: str) -> ShapeError:
         return ShapeError(message, node=self.name, op=self.op_type)

@@ -47,7 +47,7 @@ def _check_window(
     return None
 
 
-def _window(ctx: NodeContext, x: Expr, kernel: Sequence[int]) -> dict[str, list[int]]:
+def window_geometry(ctx: NodeContext, x: Expr, kernel: Sequence[int]) -> dict[str, list[int]]:
     """Per-spatial-axis strides, dilations and (begin, end) pads with auto_pad resolved."""
     sp = len(kernel)
     strides = list(ctx.attr("strides", [1] * sp))
@@ -129,9 +129,9 @@ def _conv(ctx: NodeContext) -> Sequence[Expr]:
             f"weight {list(w.type.shape)} does not match input {list(x.type.shape)} / kernel_shape"
         )
     if x.type.ndim == 5:
-        return [_conv3d(ctx, x, w, _window(ctx, x, kernel))]
+        return [_conv3d(ctx, x, w, window_geometry(ctx, x, kernel))]
     x = _spatial_input(ctx)
-    g = _lift(_window(ctx, x, kernel), kernel)
+    g = _lift(window_geometry(ctx, x, kernel), kernel)
     if x.type.ndim == 3:
         x, w = _to_2d(ctx, x), _to_2d(ctx, w)
     y = ctx.emit(
@@ -435,9 +435,9 @@ def _pool(ctx: NodeContext) -> Sequence[Expr]:
     if len(kernel) != x.type.ndim - 2:
         raise ctx.error(f"kernel_shape {kernel} does not match input {list(x.type.shape)}")
     if x.type.ndim == 5:
-        return [_pool3d(ctx, x, kernel, _window(ctx, x, kernel))]
+        return [_pool3d(ctx, x, kernel, window_geometry(ctx, x, kernel))]
     x = _spatial_input(ctx)
-    g = _lift(_window(ctx, x, kernel), kernel)
+    g = _lift(window_geometry(ctx, x, kernel), kernel)
     ceil_mode = int(ctx.attr("ceil_mode", 0))
     x2 = _to_2d(ctx, x) if x.type.ndim == 3 else x
     common = {"kernel": g["kernel"], "strides": g["strides"], "pads": g["pads"], "ceil_mode": ceil_mode}
@@ -814,7 +814,7 @@ def _lp_pool(ctx: NodeContext) -> Sequence[Expr]:
     kernel = list(ctx.attr("kernel_shape", []))
     if len(kernel) != x.type.ndim - 2:
         raise ctx.error(f"kernel_shape {kernel} does not match input {list(x.type.shape)}")
-    g = _lift(_window(ctx, x, kernel), kernel)
+    g = _lift(window_geometry(ctx, x, kernel), kernel)
     p = float(ctx.attr("p", 2))
     x2 = _to_2d(ctx, x) if x.type.ndim == 3 else x
     powered = (

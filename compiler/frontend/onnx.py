@@ -398,17 +398,9 @@ def _unsupported_reason(node: onnx.NodeProto, info: ScanInfo) -> str | None:
     return f"op {node.op_type} is not supported (except on constant inputs)"
 
 
-QUANTIZED_OPS = frozenset(
-    {
-        "DynamicQuantizeLinear",
-        "QLinearConv",
-        "QLinearMatMul",
-        "ConvInteger",
-        "MatMulInteger",
-    }
-)
+QUANTIZED_OPS = frozenset({"QLinearConv", "QLinearMatMul"})
 """The default domain's int8 ops temper does not convert: their models are named as quantized in
-the unsupported error (QDQ models' QuantizeLinear / DequantizeLinear are converted: convert_quant)."""
+the unsupported error (QDQ and dynamically quantized models' ops are converted: convert_quant)."""
 
 
 def _check_supported(proto: onnx.ModelProto, info: ScanInfo) -> None:
@@ -528,6 +520,10 @@ def bind_inputs(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> 
 
 def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int, budget: Budget) -> Graph:
     env: dict[str, Expr] = {}
+    declared = {t.name: t.data_type for t in graph.initializer}
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
+            declared[n.output[0]] = n.attribute[0].t.data_type
     for t in graph.initializer:
         env[t.name] = Const(t.name, _compute_dtype(numpy_helper.to_array(t)))
     for v in inputs:  # a float16 input is widened at once: the model computes in float32
@@ -549,6 +545,7 @@ def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int, budget: Budg
             inputs=[env[n] if n else None for n in node.input],
             attrs={a.name: decode_attribute(a) for a in node.attribute},
             budget=budget,
+            declared=declared,
         )
         try:
             conv = CONVERTERS.get(node.op_type)
@@ -565,17 +562,43 @@ def _convert(graph: onnx.GraphProto, inputs: list[Var], opset: int, budget: Budg
         if o.name not in env:
             raise ModelError(f"graph output {o.name!r} is never computed")
         value = env[o.name]
-        declared = onnx_dtype_name(o.type.tensor_type.elem_type) if o.type.HasField("tensor_type") else None
-        if declared in COMPUTE_DTYPE and value.type.dtype == COMPUTE_DTYPE[declared]:
-            value = emit("cast", [value], {"to": declared}, node=o.name, op_type="output", budget=budget)
+        wanted = onnx_dtype_name(o.type.tensor_type.elem_type) if o.type.HasField("tensor_type") else None
+        carried = _carried_integer(o)
+        if carried is not None and value.type.dtype == "float32":
+            if not isinstance(value, Const):
+                raise UnsupportedOpError(
+                    [(o.name, "output", opset)],
+                    f"output {o.name!r} is {carried}: temper carries 8- and 16-bit integers in float32 "
+                    "inside a model, not at its outputs",
+                )
+            value = Const(value.name, value.data.astype(carried))
+        if wanted in COMPUTE_DTYPE and value.type.dtype == COMPUTE_DTYPE[wanted]:
+            value = emit("cast", [value], {"to": wanted}, node=o.name, op_type="output", budget=budget)
         outputs.append(value)
     converted = Graph(tuple(inputs), tuple(outputs), tuple(o.name for o in graph.output))
     _check_total(converted, budget.limits)
     return converted
 
 
+# 8- and 16-bit integer constants (a quantized model's weights and embedding tables) are carried in
+# float32, where each of their values is exact, as convert_quant carries a quantized model's integers
+CARRIED_INTEGERS = frozenset({"int8", "uint8", "int16", "uint16"})
+
+
+def _carried_integer(value: onnx.ValueInfoProto) -> str | None:
+    """The 8- or 16-bit integer type a graph output declares (None: another or none)."""
+    if not value.type.HasField("tensor_type"):
+        return None
+    code = value.type.tensor_type.elem_type
+    name = str(helper.tensor_dtype_to_np_dtype(code)) if code else ""
+    return name if name in CARRIED_INTEGERS else None
+
+
 def _compute_dtype(data: np.ndarray) -> np.ndarray:
-    """A constant as the model computes with it (float16 weights become float32)."""
+    """A constant as the model computes with it (float16 weights become float32, and so do 8- and
+    16-bit integers)."""
+    if str(data.dtype) in CARRIED_INTEGERS:
+        return data.astype(np.float32)
     wide = COMPUTE_DTYPE.get(str(data.dtype))
     return data if wide is None else data.astype(wide)
 

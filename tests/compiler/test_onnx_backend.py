@@ -130,6 +130,9 @@ CLAIMED_OPS: dict[str, str] = {
     "CenterCropPad": r"center_crop_pad",
     "QuantizeLinear": r"quantizelinear",
     "DequantizeLinear": r"dequantizelinear",
+    "DynamicQuantizeLinear": r"dynamicquantizelinear",
+    "MatMulInteger": r"matmulinteger",
+    "ConvInteger": r"convinteger",
 }
 
 _FP32 = "temper's tensors are float32 (float16 at a model's edges), int32, int64 and bool"
@@ -152,6 +155,9 @@ EXCLUDED: dict[str, str] = {
     r"^test_(?:de)?quantizelinear": "a lone QuantizeLinear (its integers the output) or DequantizeLinear (of "
     "an integer input): temper carries a QDQ model's integers in float32 between its pairs; "
     "tests/compiler/frontend/test_convert_quant.py runs them so",
+    r"^test_(?:dynamicquantizelinear|matmulinteger|convinteger)": "8-bit integers as the model's inputs or "
+    "outputs: temper carries a dynamically quantized model's integers in float32 inside it; "
+    "tests/compiler/frontend/test_convert_quant.py runs these ops so",
     r"^test_lppool_3d_": "3-D LpPool (temper's are 1-D and 2-D)",
     r"^test_lppool_2d_dilations": "dilated LpPool (opset 18): no exported model uses it",
     r"^test_onehot_": "OneHot's depth fed at run time: temper needs it at compile time (the output's shape); "
@@ -314,13 +320,16 @@ def test_every_claimed_op_has_running_cases() -> None:
     # Every onnx case of these needs something temper leaves out: covered by the tests below instead
     # (STFT: by tests/compiler/frontend/test_convert_signal.py; OneHot and CenterCropPad by
     # tests/compiler/frontend/test_frontend_ops.py; ReduceLogSumExp also by
-    # tests/compiler/frontend/test_convert_math_extra.py; QuantizeLinear and DequantizeLinear by
+    # tests/compiler/frontend/test_convert_math_extra.py; the quantization ops by
     # tests/compiler/frontend/test_convert_quant.py).
     without_cases = {
         "Cast",
         "CenterCropPad",
+        "ConvInteger",
         "DequantizeLinear",
+        "DynamicQuantizeLinear",
         "LayerNormalization",
+        "MatMulInteger",
         "OneHot",
         "QuantizeLinear",
         "ReduceLogSumExp",

@@ -21,10 +21,18 @@ BY_NAME = {op.name: op for op in OPS}
 X = helper.make_tensor_type_proto(TensorProto.FLOAT, [1, 4, 4, 4])
 # ops of one required input that one float input does not make valid ONNX of: ConstantOfShape reads a
 # shape, DFT a signal whose last axis holds 1 or 2 parts, EyeLike a matrix, Resize needs scales or
-# sizes, Split (from opset 18) num_outputs, and ONNX infers no output type for a MeanVarianceNormalization
-# without axes (the importer spells them out; tests/compiler/frontend/test_convert_signal.py imports
-# DFT at both ends)
-NOT_ONE_INPUT = {"ConstantOfShape", "DFT", "EyeLike", "MeanVarianceNormalization", "Resize", "Split"}
+# sizes, Split (from opset 18) num_outputs, DynamicQuantizeLinear has three outputs, and ONNX infers no
+# output type for a MeanVarianceNormalization without axes (the importer spells them out;
+# tests/compiler/frontend/test_convert_signal.py imports DFT at both ends)
+NOT_ONE_INPUT = {
+    "ConstantOfShape",
+    "DFT",
+    "DynamicQuantizeLinear",
+    "EyeLike",
+    "MeanVarianceNormalization",
+    "Resize",
+    "Split",
+}
 
 
 def _one_input(schema: onnx.defs.OpSchema) -> bool:

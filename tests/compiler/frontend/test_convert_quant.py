@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from compiler.errors import UnsupportedOpError
 from compiler.frontend.onnx import load_onnx
+from compiler.graph.ir import Const
 from compiler.pipeline import CompileOptions, compile_model
 from compiler.runtime import load
 from tests.compiler.frontend.onnx_check import run_ort
@@ -140,3 +141,135 @@ def test_what_cannot_stay_in_float32_is_refused_up_front(model: object, message:
     with pytest.raises(UnsupportedOpError, match=message) as info:
         load_onnx(model())  # type: ignore[operator]
     assert "the_q" in str(info.value)
+
+
+def _compiled(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: Path) -> list[np.ndarray]:
+    compile_model(model.SerializeToString(), CompileOptions(opt_level=3)).save(tmp_path / "m.temper")
+    return list(load(tmp_path / "m.temper").run(feeds).values())
+
+
+def _dynamic_matmul_model(k: int = 16, n: int = 8) -> onnx.ModelProto:
+    """onnxruntime's dynamic quantization of x @ W: x quantized over its own range at run time, the
+    integers multiplied exactly by the int8 weight, the int32 result scaled back."""
+    w = RNG.integers(-127, 128, (k, n)).astype(np.int8)
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="quant"),
+        helper.make_node("MatMulInteger", ["q", "w", "z", "wz"], ["m"], name="matmul"),
+        helper.make_node("Cast", ["m"], ["mf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["s", "ws"], ["sw"], name="scales"),
+        helper.make_node("Mul", ["mf", "sw"], ["y"], name="scaled"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5, n])],
+        [
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(np.array(0, np.int8), "wz"),
+            numpy_helper.from_array(np.array(0.004, np.float32), "ws"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("kind", ["spread", "positive", "zeros"])
+def test_a_dynamically_quantized_matmul_matches_onnxruntime(kind: str, tmp_path: Path) -> None:
+    """The scale and zero point come from x's range widened to hold 0 (a range of zero: scale 0)."""
+    x = RNG.standard_normal((3, 5, 16)).astype(np.float32) * 3
+    if kind == "positive":
+        x = np.abs(x) + 0.5
+    elif kind == "zeros":
+        x = np.zeros_like(x)
+    model = _dynamic_matmul_model()
+    (got,) = _compiled(model, {"x": x}, tmp_path)
+    (want,) = run_ort(model, {"x": x}).values()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_conv_integer_matches_onnxruntime(tmp_path: Path) -> None:
+    w = RNG.integers(0, 256, (6, 3, 3, 3)).astype(np.uint8)
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="quant"),
+        helper.make_node(
+            "ConvInteger", ["q", "w", "z", "wz"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2]
+        ),
+        helper.make_node("Cast", ["c"], ["y"], name="cast", to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 5, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(123, np.uint8), "wz")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = RNG.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    (got,) = _compiled(model, {"x": x}, tmp_path)
+    np.testing.assert_array_equal(got, next(iter(run_ort(model, {"x": x}).values())))
+
+
+def test_an_int8_embedding_table_gathers_its_integers(tmp_path: Path) -> None:
+    """A quantized model's int8 constants are carried in float32, so they gather like any table."""
+    table = RNG.integers(-128, 128, (50, 8)).astype(np.int8)
+    nodes = [
+        helper.make_node("Gather", ["t", "ids"], ["rows"], name="gather"),
+        helper.make_node("DequantizeLinear", ["rows", "s", "z"], ["y"], name="dequant"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "embed",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8])],
+        [
+            numpy_helper.from_array(table, "t"),
+            numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+            numpy_helper.from_array(np.array(-3, np.int8), "z"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ids = RNG.integers(0, 50, (2, 4)).astype(np.int64)
+    (got,) = _compiled(model, {"ids": ids}, tmp_path)
+    np.testing.assert_array_equal(got, (table[ids].astype(np.float32) + 3) * np.float32(0.05))
+    np.testing.assert_array_equal(got, next(iter(run_ort(model, {"ids": ids}).values())))
+
+
+def test_dynamic_quantization_integers_as_an_output_are_refused() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="the_q")],
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("z", TensorProto.UINT8, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="integers are a graph output") as info:
+        load_onnx(model.SerializeToString())
+    assert "the_q" in str(info.value)
+
+
+def test_8_bit_integers_at_an_output_are_refused_unless_constant(tmp_path: Path) -> None:
+    """Carried in float32 inside the model, they cannot be an output computed at run time; a constant
+    output keeps its type."""
+    table = helper.make_tensor("t", TensorProto.INT8, [4, 2], list(range(-4, 4)))
+    gather = helper.make_node("Gather", ["t", "ids"], ["rows"], name="gather")
+    graph = helper.make_graph(
+        [gather],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("rows", TensorProto.INT8, [3, 2])],
+        [table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="output 'rows' is int8"):
+        load_onnx(model.SerializeToString())
+    folded = helper.make_graph(
+        [helper.make_node("Neg", ["t"], ["y"], name="neg")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [4, 2])],
+        [table],
+    )
+    imported = load_onnx(helper.make_model(folded, opset_imports=[helper.make_opsetid("", 17)]))
+    (out,) = imported.outputs
+    assert out.type.dtype == "int8" and isinstance(out, Const)
+    np.testing.assert_array_equal(out.data, -np.arange(-4, 4, dtype=np.int8).reshape(4, 2))

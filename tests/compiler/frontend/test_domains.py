@@ -58,22 +58,26 @@ def test_a_file_onnxruntime_optimized_names_its_fused_nodes(tmp_path: Path) -> N
 
 
 def test_a_quantized_model_of_integer_ops_is_named_as_such() -> None:
-    """Dynamic quantization's integer ops (QDQ models' QuantizeLinear / DequantizeLinear convert:
-    tests/compiler/frontend/test_convert_quant.py)."""
-    weight = helper.make_tensor("w", TensorProto.INT8, [4, 3], [1] * 12)
+    """QOperator-format ops (QLinearMatMul, QLinearConv): QDQ and dynamically quantized models
+    convert (tests/compiler/frontend/test_convert_quant.py)."""
+    consts = [
+        helper.make_tensor("s", TensorProto.FLOAT, [], [0.1]),
+        helper.make_tensor("z", TensorProto.UINT8, [], [128]),
+        helper.make_tensor("w", TensorProto.UINT8, [4, 3], [130] * 12),
+    ]
     graph = helper.make_graph(
         [
-            helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"], name="quant"),
-            helper.make_node("MatMulInteger", ["q", "w", "qz"], ["y"], name="matmul"),
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+            helper.make_node("QLinearMatMul", ["q", "s", "z", "w", "s", "z", "s", "z"], ["m"], name="matmul"),
+            helper.make_node("DequantizeLinear", ["m", "s", "z"], ["y"], name="dequant"),
         ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 3])],
-        [weight],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        consts,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedOpError, match="quantized models are not supported yet") as caught:
         load_onnx(model.SerializeToString())
-    assert "quant (DynamicQuantizeLinear" in str(caught.value) and "matmul (MatMulInteger" in str(
-        caught.value
-    )
+    message = str(caught.value)
+    assert "matmul (QLinearMatMul" in message and "integers feed QLinearMatMul" in message
