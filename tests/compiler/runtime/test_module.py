@@ -310,12 +310,12 @@ def test_buffers_are_aligned_zeroed_and_writable(nbytes: int) -> None:
 
 def test_large_buffers_ask_for_huge_pages() -> None:
     """Weights of a few MiB and more lie on huge-page boundaries, in memory marked for transparent huge
-    pages (VmFlags "hg"), so the OS may back their streams with 2 MiB pages; small buffers are not."""
+    pages (VmFlags "hg"), so the OS may back their streams with 2 MiB pages. (Small buffers come from
+    numpy's allocator, whose memory may lie in a region something else marked: nothing is asserted of
+    them.)"""
     thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     if not thp.exists() or "[never]" in thp.read_text() or not hasattr(module_py.mmap, "MADV_HUGEPAGE"):
         pytest.skip("this kernel has no transparent huge pages to ask for")
     large = module_py._aligned_bytes(3 * module_py.HUGE_PAGE + 100)
     assert large.ctypes.data % module_py.HUGE_PAGE == 0
     assert "hg" in _vm_flags(large.ctypes.data)
-    small = module_py._aligned_bytes(module_py.HUGE_PAGE // 2)
-    assert "hg" not in _vm_flags(small.ctypes.data)
