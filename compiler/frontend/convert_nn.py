@@ -15,6 +15,7 @@ import onnx
 
 from compiler.errors import ShapeError
 from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanInfo
+from compiler.frontend.convert_tensor import emit_slice
 from compiler.graph.ir import Expr
 from compiler.ops.common import norm_axis, pool_out_size, same_pads
 from compiler.ops.conv_transpose import conv_transpose_out_size
@@ -164,20 +165,7 @@ def _conv3d(ctx: NodeContext, x: Expr, w: Expr, geom: dict[str, list[int]]) -> E
     if pads[0] or pads[3]:
         x = ctx.emit("pad", [x], pads=(0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0), mode="constant", value=0.0)
         frames += pads[0] + pads[3]
-    taps = []
-    for i in range(kt):
-        start = i * dt
-        end = start + (out_frames - 1) * st + 1
-        taps.append(
-            ctx.emit(
-                "slice",
-                [x],
-                starts=(0, 0, start, 0, 0),
-                ends=(n, c, end, h, wd),
-                axes=(0, 1, 2, 3, 4),
-                steps=(1, 1, st, 1, 1),
-            )
-        )
+    taps = [emit_slice(ctx, x, {2: (i * dt, i * dt + (out_frames - 1) * st + 1, st)}) for i in range(kt)]
     stacked = taps[0] if kt == 1 else ctx.emit("concat", taps, axis=1)  # channels (tap, channel)
     if kt > 1 and groups > 1:  # each group's channels together: (group, tap, channel of the group)
         stacked = ctx.emit("reshape", [stacked], shape=(n, kt, groups, cg, out_frames, h, wd))
@@ -293,6 +281,10 @@ def _conv_transpose3d(
     (st, sh, sw), (dt, dh, dw), pads = geom["strides"], geom["dilations"], geom["pads"]
     reach = dt * (kt - 1) + 1
     taps = -(-reach // st)  # input frames per output frame of one phase
+    try:  # a stride far beyond the kernel makes mostly-zero time taps: bounded like any constant
+        ctx.budget.check(TensorType((taps * c, st * out_ch, kh, kw), "float32"))
+    except ShapeError as e:
+        raise ctx.error(f"3-D ConvTranspose's filters over its time phases: {e.message}") from None
     spread = np.zeros((c, out_ch, taps * st, kh, kw), dtype=np.float32)
     spread[:, :, :reach:dt] = weight
     by_tap = spread.reshape(c, out_ch, taps, st, kh, kw).transpose(2, 0, 3, 1, 4, 5)  # [m, c, r, o, ...]
@@ -302,17 +294,7 @@ def _conv_transpose3d(
     before, after = taps - 1, max(0, rows - frames)
     if before or after:
         x = ctx.emit("pad", [x], pads=(0, 0, before, 0, 0, 0, 0, after, 0, 0), mode="constant", value=0.0)
-    shifted = [
-        ctx.emit(
-            "slice",
-            [x],
-            starts=(0, 0, before - m, 0, 0),
-            ends=(n, c, before - m + rows, h, wd),
-            axes=(0, 1, 2, 3, 4),
-            steps=(1, 1, 1, 1, 1),
-        )
-        for m in range(taps)
-    ]
+    shifted = [emit_slice(ctx, x, {2: (before - m, before - m + rows, 1)}) for m in range(taps)]
     stacked = shifted[0] if taps == 1 else ctx.emit("concat", shifted, axis=1)  # channels (tap, channel)
     planes = ctx.emit("transpose", [stacked], perm=(0, 2, 1, 3, 4))
     planes = ctx.emit("reshape", [planes], shape=(n * rows, taps * c, h, wd))
@@ -329,14 +311,7 @@ def _conv_transpose3d(
     y = ctx.emit("reshape", [y], shape=(n, rows, st, out_ch, ho, wo))
     y = ctx.emit("transpose", [y], perm=(0, 3, 1, 2, 4, 5))
     y = ctx.emit("reshape", [y], shape=(n, out_ch, rows * st, ho, wo))
-    return ctx.emit(
-        "slice",
-        [y],
-        starts=(0, 0, pads[0], 0, 0),
-        ends=(n, out_ch, full - pads[3], ho, wo),
-        axes=(0, 1, 2, 3, 4),
-        steps=(1, 1, 1, 1, 1),
-    )
+    return emit_slice(ctx, y, {2: (pads[0], full - pads[3], 1)})
 
 
 def _check_conv_transpose(node: onnx.NodeProto, attrs: dict[str, Any], info: ScanInfo) -> str | None:
@@ -485,14 +460,7 @@ def _pool3d(ctx: NodeContext, x: Expr, kernel: Sequence[int], geom: dict[str, li
     total: Expr | None = None
     for i in range(kt):
         start = i * dt
-        tap = ctx.emit(
-            "slice",
-            [pooled],
-            starts=(0, start, 0, 0, 0),
-            ends=(n, start + (out_frames - 1) * st + 1, c, ho, wo),
-            axes=(0, 1, 2, 3, 4),
-            steps=(1, st, 1, 1, 1),
-        )
+        tap = emit_slice(ctx, pooled, {1: (start, start + (out_frames - 1) * st + 1, st)})
         total = tap if total is None else ctx.emit("maximum" if is_max else "add", [total, tap])
     assert total is not None
     if not is_max:

@@ -17,6 +17,7 @@ from compiler.frontend.context import Converter, NodeContext, OpConverter, ScanI
 from compiler.frontend.convert_math import onnx_dtype_name
 from compiler.graph.ir import Const, Expr
 from compiler.ops.common import broadcast_shapes, norm_axis
+from compiler.tensor_type import TensorType
 
 # ---- reshapes ---------------------------------------------------------------------------------------
 
@@ -387,6 +388,12 @@ def _one_hot(ctx: NodeContext) -> Sequence[Expr]:
         raise ctx.error(f"OneHot depth {depth} must be positive")
     rank = indices.type.ndim + 1
     axis = _axis(ctx, int(ctx.attr("axis", -1)), rank)
+    out_shape = list(indices.type.shape)
+    out_shape.insert(axis, depth)
+    try:  # the depth comes from the model: its output is bounded before any array is made
+        ctx.budget.check(TensorType(tuple(out_shape), "float32"))
+    except ShapeError as e:
+        raise ctx.error(f"OneHot of depth {depth}: {e.message}") from None
     if indices.type.dtype != "int64":
         indices = ctx.emit("cast", [indices], to="int64")  # float indices truncate, as ONNX says
     negative = ctx.emit("less", [indices, ctx.new_const(np.int64(0))])

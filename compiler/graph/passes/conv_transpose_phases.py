@@ -21,6 +21,7 @@ that the input writes (leading input rows whose outputs the pads cut off are lef
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,10 @@ from compiler.tensor_type import TensorType
 
 # graph op -> the op this pass turns it into (`temper explain` lists the implementations)
 REWRITES = {"conv_transpose2d": "conv2d"}
+# how many times the transposed conv's own weight the phase conv's may hold: a stride far beyond the
+# kernel leaves most phases without taps, and their zero filters would grow as the stride squared
+# (a hostile model's stride of 10^5 would ask for 10^10 of them)
+MAX_WEIGHT_GROWTH = 16
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,15 @@ def why_kept(call: Call) -> str | None:
         return "its weight is not a constant (its phases cannot be cut at compile time)"
     if w.type.dtype != "float32" or call.args[0].type.dtype != "float32":
         return f"{call.args[0].type.dtype} (the rewrite is for float32)"
-    if _axes(call) is None:
+    axes = _axes(call)
+    if axes is None:
         return f"its pads {list(call.attr('pads'))} cut off all that its input writes"
+    growth = math.prod(a.phases * a.taps for a in axes) / math.prod(w.type.shape[2:])
+    if growth > MAX_WEIGHT_GROWTH:
+        return (
+            f"its stride {list(call.attr('strides'))} is so far beyond its kernel that the phases' "
+            f"filters would be {growth:.0f}x its weight, mostly zeros (at most {MAX_WEIGHT_GROWTH}x)"
+        )
     return None
 
 

@@ -541,3 +541,19 @@ def test_a_one_hot_depth_computed_at_run_time_is_refused_up_front() -> None:
     with pytest.raises(UnsupportedOpError, match="OneHot with its depth computed at run time") as info:
         load_onnx(model)
     assert info.value.nodes == [("node", "OneHot", 18)]
+
+
+def test_hostile_sizes_in_new_ops_are_refused_before_any_array_is_made() -> None:
+    """A OneHot depth and a 3-D ConvTranspose time stride far past any real model: a typed error
+    naming the node, no allocation of that size."""
+    inputs = {"i": np.zeros(3, np.int64)}
+    consts = {"d": np.array(10**12, np.int64), "v": np.array([0.0, 1.0], np.float32)}
+    model, _ = single_op("OneHot", inputs, consts)
+    with pytest.raises(ShapeError, match="OneHot of depth") as info:
+        load_onnx(model)
+    assert info.value.node == "node"
+    x, w = np.zeros((1, 4, 2, 2, 2), np.float32), np.ones((4, 4, 1, 1, 1), np.float32)
+    model, _ = single_op("ConvTranspose", {"x": x}, {"w": w}, strides=[10**9, 1, 1])
+    with pytest.raises(ShapeError) as info:
+        load_onnx(model)
+    assert info.value.node == "node"

@@ -249,3 +249,21 @@ def test_explain_says_what_became_of_a_transposed_conv() -> None:
         "conv_transpose_phases: add/conv_transpose2d -> add/conv2d" in conv.passes
     )  # the bias add: "up" too
     assert "conv2d (by conv_transpose_phases)" in conv.implementations
+
+
+def test_a_stride_far_beyond_the_kernel_keeps_the_gather_form() -> None:
+    """A hostile stride would make the phases' mostly-zero filters grow as its square: refused with
+    the reason, the gather form kept (its own output is bounded by the frontend)."""
+    x = var("x", 1, 2, 1, 1)
+    up = call(
+        "conv_transpose2d",
+        x,
+        const("w", 2, 3, 1, 1),
+        strides=(100000, 100000),
+        pads=(0, 0, 0, 0),
+        dilations=(1, 1),
+        groups=1,
+        output_padding=(0, 0),
+    )
+    assert "far beyond its kernel" in str(why_kept(up))
+    assert _ops(conv_transpose_to_conv(graph([x], up))) == ["conv_transpose2d"]
