@@ -132,6 +132,22 @@ class Target:
         return 2 if self._server_core else 1
 
     @property
+    def dot_lanes(self) -> frozenset[int]:
+        """The int32 lane counts (16: 512-bit, 8: 256-bit) of an instruction summing four u8 x s8
+        products into each lane (VNNI's vpdpbusd): what an 8-bit integer conv needs to outrun float32.
+        A named CPU without a feature list is taken to have none (its code must run on any CPU of
+        that name as LLVM defines it)."""
+        have = set(self.enabled_features)
+        lanes: set[int] = set()
+        if "+avx512vnni" in have:
+            lanes.add(16)
+            if "+avx512vl" in have:
+                lanes.add(8)
+        if "+avxvnni" in have:
+            lanes.add(8)
+        return frozenset(lanes)
+
+    @property
     def _server_core(self) -> bool:
         """Whether the features tell an Intel server core, whatever model number the CPU reports."""
         return any(f in self.enabled_features for f in _SERVER_CORE_FEATURES)

@@ -48,6 +48,9 @@ class Task:
                 out[buf.name] = rng.standard_normal(buf.shape).astype(buf.dtype)
             elif buf.dtype == "bool":
                 out[buf.name] = rng.random(buf.shape) < 0.5
+            elif buf.dtype in ("uint8", "int8"):  # quantized values: their whole range
+                info = np.iinfo(buf.dtype)
+                out[buf.name] = rng.integers(info.min, info.max + 1, buf.shape).astype(buf.dtype)
             else:  # integer operands are indices here: keep them small and non-negative
                 out[buf.name] = rng.integers(0, 2, buf.shape).astype(buf.dtype)
         return out

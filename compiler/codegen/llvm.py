@@ -61,6 +61,7 @@ from compiler.errors import CodegenError
 from compiler.runtime.errors import OUT_OF_MEMORY
 from compiler.tir.flatten import free_vars
 from compiler.tir.ir import (
+    DOT4,
     Allocate,
     BinOp,
     Buffer,
@@ -158,8 +159,18 @@ class _Ctx:
 
 
 class KernelEmitter:
-    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, stream: str | None = None) -> None:
+    def __init__(
+        self,
+        module: ir.Module,
+        func: PrimFunc,
+        symbol: str,
+        stream: str | None = None,
+        dot_lanes: frozenset[int] = frozenset(),
+    ) -> None:
         self.module = module
+        # lane counts at which the target sums four u8 x s8 products per int32 lane in one
+        # instruction (Target.dot_lanes); other widths take the exact generic expansion
+        self.dot_lanes = dot_lanes
         self.func = func
         self.symbol = symbol
         self._outlined = 0
@@ -445,10 +456,10 @@ class KernelEmitter:
         if _is_float(src) and _is_float(dst):
             widths = {"float16": 16, "float32": 32, "float64": 64}
             return b.fpext(v, ty(dst)) if widths[dst] > widths[src] else b.fptrunc(v, ty(dst))
-        if _is_float(src):
-            return b.fptosi(v, ty(dst))
+        if _is_float(src):  # (a uint8 above 127 is out of range for a signed conversion to 8 bits)
+            return b.fptoui(v, ty(dst)) if dst == "uint8" else b.fptosi(v, ty(dst))
         if _is_float(dst):
-            return b.uitofp(v, ty(dst)) if src == "bool" else b.sitofp(v, ty(dst))
+            return b.uitofp(v, ty(dst)) if src in ("bool", "uint8") else b.sitofp(v, ty(dst))
         sw, dw = reg_type(src).width, reg_type(dst).width
         if sw == dw:
             return v
@@ -458,6 +469,8 @@ class KernelEmitter:
 
     def _binop(self, ctx: _Ctx, e: BinOp) -> ir.Value:
         b = ctx.builder
+        if e.op == "+" and isinstance(e.b, Call) and e.b.name == DOT4:
+            return self._dot4(ctx, e.b, self._expr(ctx, e.a))
         if e.op in ("and", "or"):
             x, y = self._match(ctx, self._expr(ctx, e.a), self._expr(ctx, e.b))
             return b.and_(x, y) if e.op == "and" else b.or_(x, y)
@@ -545,8 +558,48 @@ class KernelEmitter:
         **{f: f"{f}f" for f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
     }
 
+    def _dot4(self, ctx: _Ctx, e: Call, acc: ir.Value | None = None) -> ir.Value:
+        """DOT4(x0, x1, x2, x3, w): the four uint8 x_k times the four signed bytes of int32 w (byte
+        k, little-endian), summed, plus `acc`. Where the target has the instruction at this width
+        (dot_lanes) it is one vpdpbusd over the x_k packed into an int32 (adjacent byte loads, which
+        LLVM merges into one); elsewhere the products are spelled out, exact in int32 either way."""
+        b = ctx.builder
+        args = [self._expr(ctx, a) for a in e.args]
+        vectors = [a for a in [*args, acc] if a is not None and isinstance(a.type, ir.VectorType)]
+        lanes = vectors[0].type.count if vectors else 0
+
+        def full(v: ir.Value) -> ir.Value:
+            return self._splat(b, v, lanes) if lanes and not isinstance(v.type, ir.VectorType) else v
+
+        i32 = ir.VectorType(I32, lanes) if lanes else I32
+
+        def const(c: int) -> ir.Value:
+            return ir.Constant(i32, [c] * lanes) if lanes else ir.Constant(I32, c)
+
+        # one value per k (a broadcast operand stays scalar until packed)
+        xs = [
+            b.zext(x, ir.VectorType(I32, x.type.count) if isinstance(x.type, ir.VectorType) else I32)
+            for x in args[:4]
+        ]
+        w = full(args[4])
+        if lanes in self.dot_lanes:
+            packed = full(xs[0])
+            for k in range(1, 4):
+                packed = b.or_(packed, b.shl(full(xs[k]), const(8 * k)))
+            fn = self._extern(f"llvm.x86.avx512.vpdpbusd.{32 * lanes}", i32, [i32, i32, i32])
+            return b.call(fn, [full(acc) if acc is not None else const(0), full(packed), w])
+        total = full(acc) if acc is not None else None
+        for k in range(4):
+            wk = b.ashr(b.shl(w, const(24 - 8 * k)), const(24))
+            term = b.mul(full(xs[k]), wk)
+            total = term if total is None else b.add(total, term)
+        assert total is not None
+        return total
+
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
         b = ctx.builder
+        if e.name == DOT4:
+            return self._dot4(ctx, e)
         args = [self._expr(ctx, a) for a in e.args]
         if len(args) == 2:
             args = list(self._match(ctx, args[0], args[1]))
@@ -1010,10 +1063,17 @@ def _buffers_used(s: Stmt) -> list[Buffer]:
     return list(seen)
 
 
-def emit_kernel(module: ir.Module, func: PrimFunc, symbol: str, stream: str | None = None) -> ir.Function:
+def emit_kernel(
+    module: ir.Module,
+    func: PrimFunc,
+    symbol: str,
+    stream: str | None = None,
+    dot_lanes: frozenset[int] = frozenset(),
+) -> ir.Function:
     """The kernel `func` as the C-ABI function `symbol`; `stream` names the constant parameter it
-    prefetches ahead of its reads (compiler/codegen/stream.py), if any."""
-    return KernelEmitter(module, func, symbol, stream).emit()
+    prefetches ahead of its reads (compiler/codegen/stream.py), if any; `dot_lanes` are the target's
+    u8 x s8 dot-product widths (Target.dot_lanes)."""
+    return KernelEmitter(module, func, symbol, stream, dot_lanes).emit()
 
 
 def emit_alias(module: ir.Module, symbol: str, of: str) -> ir.Function:

@@ -9,6 +9,7 @@ from compiler.ops import (  # noqa: F401  (imported to register their ops)
     binary,
     conv2d,
     conv2d_blocked,
+    conv2d_int8,
     conv2d_winograd,
     conv_transpose,
     elementwise,

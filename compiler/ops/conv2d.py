@@ -27,7 +27,7 @@ from compiler.ops.registry import OpDef, Pattern, register
 from compiler.target import Target
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Block, Expr, FloatImm, Layout, Load, walk_expr
+from compiler.tir.ir import BinOp, Block, Expr, FloatImm, IntImm, Layout, Load, walk_expr
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -147,7 +147,9 @@ def pad_tensor(
             src.append(te.minimum(te.maximum(j, te.idx(0)), te.idx(d - 1)))
         cond = te.all_of(conds)
         v = x[src]
-        return v if cond is None else te.select(cond, v, FloatImm(float(value), x.dtype))
+        integer = not x.dtype.startswith("float") and math.isfinite(value)
+        fill = IntImm(int(value), x.dtype) if integer else FloatImm(float(value), x.dtype)
+        return v if cond is None else te.select(cond, v, fill)
 
     return te.compute(out_shape, body, f"{name}_pad", tag="pad", dtype=x.dtype)
 

@@ -57,11 +57,23 @@ class Not:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """A math intrinsic (exp, log, sqrt, tanh, erf, fabs, floor, ceil, round, pow)."""
+    """A math intrinsic (exp, log, sqrt, tanh, erf, fabs, floor, ceil, round, pow), or DOT4."""
 
     name: str
     args: tuple[Expr, ...]
     dtype: str = "float32"
+
+
+# Call(DOT4, (x0, x1, x2, x3, w), "int32"): the sum of uint8 x_k times signed byte k of int32 w (four
+# int8 weights packed little-endian), exact in int32: the step of an 8-bit integer conv, which the
+# code generator makes one VNNI instruction where the target has it
+DOT4 = "dot4_u8s8"
+
+
+def dot4(xs: Sequence[Expr], w: Expr) -> Call:
+    if len(xs) != 4 or any(x.dtype != "uint8" for x in xs) or w.dtype != "int32":
+        raise ValueError(f"{DOT4} takes four uint8 values and an int32 of four packed int8 weights")
+    return Call(DOT4, (*xs, w), "int32")
 
 
 @dataclass(frozen=True, slots=True)

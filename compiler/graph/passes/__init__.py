@@ -12,7 +12,13 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from compiler.graph.ir import Graph
-from compiler.graph.passes import alter_layout, conv_algorithm, conv_transpose_phases, pointwise_matmul
+from compiler.graph.passes import (
+    alter_layout,
+    conv_algorithm,
+    conv_transpose_phases,
+    pointwise_matmul,
+    quantized_conv,
+)
 from compiler.graph.passes.alter_layout import alter_conv_layout
 from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, choose_conv_algorithm
 from compiler.graph.passes.conv_transpose_phases import conv_transpose_to_conv
@@ -22,6 +28,7 @@ from compiler.graph.passes.fold_constants import fold_constants
 from compiler.graph.passes.fuse import Group, partition, print_fused
 from compiler.graph.passes.pointwise_matmul import pointwise_conv_to_matmul
 from compiler.graph.passes.pointwise_rows import pointwise_conv_rows
+from compiler.graph.passes.quantized_conv import quantized_convs
 from compiler.graph.passes.simplify import simplify
 
 
@@ -37,6 +44,9 @@ class PassContext:
     winograd_convs: frozenset[str] = frozenset()
     # FLOPs Winograd must save per weight byte it adds on the target (conv_algorithm.flops_bar)
     winograd_bar: float = MIN_FLOPS_SAVED_PER_BYTE
+    # whether the target sums u8 x s8 products in one instruction at the channel block's width
+    # (Target.dot_lanes): quantized convs then run on 8-bit integer kernels
+    int8_dot: bool = False
 
 
 Pass = Callable[[Graph, PassContext], Graph]
@@ -60,6 +70,10 @@ def _alter_layout(graph: Graph, ctx: PassContext) -> Graph:
     return alter_conv_layout(graph, ctx.channel_block)
 
 
+def _quantized_conv(graph: Graph, ctx: PassContext) -> Graph:
+    return quantized_convs(graph, ctx.int8_dot)
+
+
 def _conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:
     return choose_conv_algorithm(graph, ctx.direct_convs, ctx.winograd_convs, ctx.winograd_bar)
 
@@ -79,6 +93,8 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     ("conv_transpose_phases", _plain(conv_transpose_to_conv)),
     # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
     ("alter_layout", _alter_layout),
+    # blocked convs of quantized tensors with 8-bit weights -> integer convs (VNNI), float epilogue
+    ("quantized_conv", _quantized_conv),
     # 3x3 stride-1 blocked convs with enough channels -> Winograd F(4x4 or 2x2, 3x3), weights transformed
     ("conv_algorithm", _conv_algorithm),
     # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
@@ -122,6 +138,7 @@ REWRITING_PASSES = {
     "conv_algorithm": conv_algorithm.REWRITES,
     "conv_transpose_phases": conv_transpose_phases.REWRITES,
     "pointwise_conv_to_matmul": pointwise_matmul.REWRITES,
+    "quantized_conv": quantized_conv.REWRITES,
 }
 
 

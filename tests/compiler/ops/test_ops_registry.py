@@ -19,6 +19,7 @@ VOCABULARY = {
     Pattern.ANCHOR: {
         "conv2d",
         "conv2d_nchwc",
+        "conv2d_nchwc_u8s8",
         "conv2d_winograd_nchwc",
         "conv_transpose2d",
         "matmul",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.codegen.library import CodeLibrary
-from compiler.target import host_target
+from compiler.target import Target, host_target
 from compiler.tir import compute as te
 from compiler.tir.flatten import flatten
 from compiler.tir.ir import PrimFunc
@@ -33,14 +33,15 @@ def matmul_relu(m: int, n: int, k: int) -> PrimFunc:
         return lower("mm", [a, b], out)
 
 
-def run_func(func: PrimFunc, *arrays: np.ndarray) -> None:
+def run_func(func: PrimFunc, *arrays: np.ndarray, target: Target | None = None) -> None:
     """Compile `func` (scheduled or not) and run it in place on `arrays` (params in order)."""
-    run_flat(flatten(func), *arrays)
+    run_flat(flatten(func), *arrays, target=target)
 
 
-def run_flat(func: PrimFunc, *arrays: np.ndarray) -> None:
-    """Compile `func` as it is (loads and stores, no blocks: not flattened again) and run it in place."""
-    lib = CodeLibrary(host_target())
+def run_flat(func: PrimFunc, *arrays: np.ndarray, target: Target | None = None) -> None:
+    """Compile `func` as it is (loads and stores, no blocks: not flattened again) and run it in place
+    (for the host, or a `target` whose code this machine runs)."""
+    lib = CodeLibrary(target or host_target())
     lib.add_kernel(func, "kernel")
     so = lib.shared_library()
     with tempfile.TemporaryDirectory() as d:

@@ -1,0 +1,118 @@
+"""conv2d_nchwc_u8s8: an 8-bit integer convolution in the blocked channel layout, int32 sums.
+
+Input x is uint8 [N, C/ib, H, W, ib] (ib a multiple of 4); the weight is int8 packed four input
+channels to an int32, [OC/ob, C/ib, KH, KW, ib/4, ob] (pack_weight_u8s8); the output is the exact
+int32 sums [N, OC/ob, OH, OW, ob]. Attributes as conv2d_nchwc (strides, pads, dilations, groups = 1)
+and x_zero: the uint8 value the padding holds (a quantized input's zero point, which stands for 0).
+
+Why: a quantized model's convs multiply 8-bit integers. VNNI's vpdpbusd sums four u8 x s8 products
+into each int32 lane in one instruction, four times the multiply-adds of a float32 FMA of the same
+width. The loop nest is conv2d_nchwc's, with a step of four input channels (DOT4) in place of one,
+so the blocked conv's schedule rules and tuning decisions apply unchanged (see
+compiler/graph/passes/quantized_conv.py for where the graph gets these convs, and the float
+arithmetic of its epilogue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.ops.common import expect_args, expect_dtype, fail, int_attr
+from compiler.ops.conv2d import conv_output_hw, pad_tensor, padded, window_attrs
+from compiler.ops.conv2d_blocked import _schedule, pack_weight, unpack_weight
+from compiler.ops.layout import to_blocked, to_planar
+from compiler.ops.registry import OpDef, Pattern, register
+from compiler.tensor_type import TensorType
+from compiler.tir import compute as te
+from compiler.tir.ir import Expr, dot4
+
+OP = "conv2d_nchwc_u8s8"
+DOT = 4  # input channels per packed weight (one DOT4 step)
+
+
+def pack_weight_u8s8(w: np.ndarray, in_block: int, out_block: int) -> np.ndarray:
+    """int8 OIHW -> int32 [O/ob, I/ib, KH, KW, ib/4, ob]: each int32 holds the int8 weights of four
+    consecutive input channels of one output lane, the first in the lowest byte (as DOT4 reads it)."""
+    if w.dtype != np.int8 or in_block % DOT:
+        raise ValueError(f"pack_weight_u8s8 takes int8 weights and an input block divisible by {DOT}")
+    packed = pack_weight(w, in_block, out_block)  # [OB, IB, KH, KW, ib, ob]
+    ocb, icb, kh, kw, ib, ob = packed.shape
+    quads = packed.reshape(ocb, icb, kh, kw, ib // DOT, DOT, ob).transpose(0, 1, 2, 3, 4, 6, 5)
+    return np.ascontiguousarray(quads).view("<i4").reshape(ocb, icb, kh, kw, ib // DOT, ob)
+
+
+def unpack_weight_u8s8(w: np.ndarray) -> np.ndarray:
+    """pack_weight_u8s8's inverse (padded channels kept): int8 OIHW."""
+    ocb, icb, kh, kw, quads, ob = w.shape
+    # each int32 seen as its four bytes, back into [.., ib, ob]
+    b = np.ascontiguousarray(w).astype("<i4").view(np.int8).reshape(ocb, icb, kh, kw, quads, ob, DOT)
+    blocked = b.transpose(0, 1, 2, 3, 4, 6, 5).reshape(ocb, icb, kh, kw, quads * DOT, ob)
+    return unpack_weight(blocked)
+
+
+def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
+    expect_args(OP, types, 2)
+    x, w = types
+    expect_dtype(OP, x, ("uint8",), "input")
+    expect_dtype(OP, w, ("int32",), "weight")
+    window_attrs(attrs)
+    if int_attr(attrs, "groups") != 1:
+        raise fail(f"{OP} is for dense convs (groups=1), got groups={attrs['groups']}")
+    zero = int_attr(attrs, "x_zero")
+    if not 0 <= zero <= 255:
+        raise fail(f"{OP}'s x_zero must be a uint8 value, got {zero}")
+    if x.ndim != 5 or w.ndim != 6:
+        raise fail(f"{OP} needs a 5-D input and a 6-D weight, got {list(x.shape)} and {list(w.shape)}")
+    n, icb, _, _, ib = x.shape
+    ocb, wicb, kh, kw, quads, ob = w.shape
+    if ib % DOT or wicb != icb or quads * DOT != ib:
+        raise fail(
+            f"{OP}: input {list(x.shape)} and weight {list(w.shape)} do not match "
+            f"(the input block must be {DOT} times the weight's packed channels)"
+        )
+    oh, ow = conv_output_hw(OP, x, (kh, kw), attrs)
+    return TensorType((n, ocb, oh, ow, ob), "int32")
+
+
+def _reference(a: Sequence[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The exact sums, in float64 (exact for these products and any realistic reduction)."""
+    x, w = a
+    (sh, sw), pads, (dh, dw) = window_attrs(attrs)
+    xp = padded(to_planar(x).astype(np.float64), pads, float(attrs["x_zero"]))
+    weight = unpack_weight_u8s8(w).astype(np.float64)
+    m, c, kh, kw = weight.shape
+    n, _, h, wd = xp.shape
+    oh, ow = (h - (kh - 1) * dh - 1) // sh + 1, (wd - (kw - 1) * dw - 1) // sw + 1
+    out = np.zeros((n, m, oh * ow))
+    for i in range(kh):
+        for j in range(kw):
+            tap = xp[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+            out += np.matmul(weight[:, :, i, j][None], tap.reshape(n, c, oh * ow))
+    return to_blocked(out.reshape(n, m, oh, ow).astype(np.int32), w.shape[5])
+
+
+def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType, name: str) -> te.Tensor:
+    x, w = inputs
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    dh, dw = attrs["dilations"]
+    xp = pad_tensor(x, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), attrs["x_zero"], name)
+    ry, rx = te.reduce_axis(w.shape[2], "ry"), te.reduce_axis(w.shape[3], "rx")
+    rcb, rq = te.reduce_axis(w.shape[1], "rcb"), te.reduce_axis(w.shape[4], "rci")
+
+    def dense(n: Expr, ocb: Expr, oh: Expr, ow: Expr, oc: Expr) -> te.Reduce:
+        h = te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh)))
+        col = te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw)))
+        lanes = [xp[n, rcb.var, h, col, te.add(te.mul(rq.var, te.idx(DOT)), te.idx(k))] for k in range(DOT)]
+        return te.reduce_sum(dot4(lanes, w[ocb, rcb.var, ry.var, rx.var, rq.var, oc]), [rcb, ry, rx, rq])
+
+    # the iteration space and its names are conv2d_nchwc's: its schedule (block_tile) applies as is
+    axes = ["n", "ocb", "oh", "ow", "oc"]
+    return te.compute(out.shape, dense, name, tag="anchor_nchwc_u8s8", axis_names=axes, dtype="int32")
+
+
+# conv2d_nchwc_u8s8(x uint8 blocked, packed int8 weight), attrs: strides, pads, dilations, groups, x_zero
+register(OpDef(OP, Pattern.ANCHOR, _infer, _reference, compute=_compute, schedule=_schedule))

@@ -1,0 +1,217 @@
+"""The quantized_conv pass: which blocked convs of a QDQ model run on the 8-bit integer kernel, why
+the others stay float, and that the integer conv computes the quantized model's result (interpreted
+on any host; compiled on a host with VNNI, against onnxruntime)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import compiler.runtime
+from compiler.graph.interpret import run_graph
+from compiler.graph.ir import Call, Graph
+from compiler.graph.passes.quantized_conv import (
+    INTEGER_CONV,
+    NO_INSTRUCTION,
+    quantized_convs,
+    weight_grid,
+    why_float,
+)
+from compiler.ops.conv2d_int8 import OP, pack_weight_u8s8, unpack_weight_u8s8
+from compiler.ops.registry import get
+from compiler.pipeline import Build, CompileOptions, compile_model, run_stages
+from compiler.target import host_target
+from compiler.tensor_type import TensorType
+from tests.compiler.frontend.onnx_check import run_ort
+
+OUT_SCALE = 0.015
+HAS_VNNI = host_target().lanes("float32") in host_target().dot_lanes
+
+
+def _qdq_conv(
+    c: int = 32,
+    oc: int = 48,
+    hw: int = 10,
+    k: int = 3,
+    stride: int = 1,
+    *,
+    activation: int = TensorProto.UINT8,
+    per_channel: bool = True,
+    group: int = 1,
+    float_weight: bool = False,
+    seed: int = 0,
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x -> Q/DQ -> Conv (int8 weight behind a DequantizeLinear) -> Relu -> Q/DQ, as onnxruntime's
+    static quantization writes it; padded by k // 2, where the padding stands for a quantized 0."""
+    rng = np.random.default_rng(seed)
+    zero = np.array(131, np.uint8) if activation == TensorProto.UINT8 else np.array(-5, np.int8)
+    w = rng.integers(-128, 128, (oc, c // group, k, k)).astype(np.int8)
+    w_scale = (rng.uniform(5e-4, 2e-3, oc) if per_channel else np.array(1e-3)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float32), "s_in"),
+        numpy_helper.from_array(zero, "z_in"),
+        numpy_helper.from_array(rng.standard_normal(oc).astype(np.float32) * 0.1, "b"),
+        numpy_helper.from_array(np.array(OUT_SCALE, np.float32), "s_out"),
+        numpy_helper.from_array(zero, "z_out"),
+    ]
+    if float_weight:
+        inits.append(numpy_helper.from_array(rng.standard_normal(w.shape).astype(np.float32) * 0.05, "w"))
+        weight_nodes = []
+    else:
+        inits += [
+            numpy_helper.from_array(w, "w_q"),
+            numpy_helper.from_array(w_scale, "w_s"),
+            numpy_helper.from_array(np.zeros(w_scale.shape, np.int8), "w_z"),
+        ]
+        dequantize = helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], name="dq_w", axis=0)
+        weight_nodes = [dequantize]
+    out = (hw + 2 * (k // 2) - k) // stride + 1
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["xq"], name="q_in"),
+        helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd"], name="dq_in"),
+        *weight_nodes,
+        helper.make_node(
+            "Conv", ["xd", "w", "b"], ["c"], name="conv", pads=[k // 2] * 4, strides=[stride] * 2, group=group
+        ),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("QuantizeLinear", ["r", "s_out", "z_out"], ["rq"], name="q_out"),
+        helper.make_node("DequantizeLinear", ["rq", "s_out", "z_out"], ["y"], name="dq_out"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qdq_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, oc, out, out])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, {"x": (rng.standard_normal((1, c, hw, hw)) * 1.5).astype(np.float32)}
+
+
+CASES = {
+    "uint8_per_channel_3x3": {},
+    "int8_per_tensor_3x3": {"activation": TensorProto.INT8, "per_channel": False},
+    "strided_1x1": {"c": 64, "oc": 40, "hw": 15, "k": 1, "stride": 2},
+    "strided_3x3_odd": {"c": 16, "oc": 24, "hw": 9, "stride": 2},
+    "wide_5x5": {"c": 48, "oc": 16, "hw": 7, "k": 5},
+}
+
+
+def _before_pass(model: onnx.ModelProto) -> Graph:
+    """The model's graph as the quantized_conv pass receives it (after alter_layout), for this host."""
+    b = run_stages(Build.start(model.SerializeToString(), CompileOptions(opt_level=3)), until="optimized")
+    names = [name for name, _ in b.after_pass]
+    return b.after_pass[names.index("quantized_conv") - 1][1]
+
+
+def _blocked_convs(graph: Graph) -> list[Call]:
+    return [c for c in graph.calls() if c.op == "conv2d_nchwc"]
+
+
+def _within_one_step(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= OUT_SCALE * 1.001
+    assert np.mean(got == want) > 0.99
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_integer_conv_computes_what_the_float_conv_does(case: str) -> None:
+    """Interpreted (numpy references of every op): the rewritten graph and the float graph give the
+    same quantized outputs but for a rounding tie, on any host."""
+    model, feeds = _qdq_conv(**CASES[case])  # type: ignore[arg-type]
+    graph = _before_pass(model)
+    rewritten = quantized_convs(graph, int8_dot=True)
+    assert [c.op for c in rewritten.calls() if c.op.startswith("conv2d")] == [OP]
+    (want,) = run_graph(graph, feeds).values()
+    (got,) = run_graph(rewritten, feeds).values()
+    _within_one_step(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.skipif(not HAS_VNNI, reason="no VNNI at this host's vector width: quantized convs stay float")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_qdq_conv_compiles_to_the_integer_kernel_and_matches_onnxruntime(case: str, tmp_path: Path) -> None:
+    model, feeds = _qdq_conv(**CASES[case])  # type: ignore[arg-type]
+    compiled = compile_model(model.SerializeToString(), CompileOptions(opt_level=3))
+    assert any(k["name"].startswith(f"fused_{OP}") for k in compiled.manifest["kernels"])
+    compiled.save(tmp_path / "q.temper")
+    (got,) = compiler.runtime.load(tmp_path / "q.temper").run(feeds).values()
+    (want,) = run_ort(model, feeds).values()
+    _within_one_step(got, want)
+    steps = got / np.float32(OUT_SCALE)  # every output on the output grid
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
+
+
+def test_the_reasons_a_conv_stays_float() -> None:
+    (quantized,) = _blocked_convs(_before_pass(_qdq_conv()[0]))
+    assert why_float(quantized, quantized.args[0], True) is None
+    assert why_float(quantized, quantized.args[0], False) == NO_INSTRUCTION
+    (floating,) = _blocked_convs(_before_pass(_qdq_conv(float_weight=True)[0]))
+    assert "not on an 8-bit grid" in (why_float(floating, floating.args[0], True) or "")
+    (grouped,) = _blocked_convs(_before_pass(_qdq_conv(c=32, oc=32, group=2)[0]))
+    assert "grouped" in (why_float(grouped, grouped.args[0], True) or "")
+    (first,) = _blocked_convs(_before_pass(_qdq_conv(c=3, oc=32)[0]))
+    assert "not a multiple of 4" in (why_float(first, first.args[0], True) or "")
+
+
+def test_a_float_models_convs_are_left_alone() -> None:
+    """No quantized input: the pass changes nothing and gives the plain reason."""
+    model, _ = _qdq_conv()
+    plain = onnx.ModelProto()
+    plain.CopyFrom(model)
+    graph = plain.graph
+    keep = [n for n in graph.node if n.name in ("dq_w", "conv", "relu")]
+    del graph.node[:]
+    graph.node.extend(keep)
+    graph.node[1].input[0] = "x"
+    graph.output[0].name = "r"
+    before = _before_pass(plain)
+    (conv,) = _blocked_convs(before)
+    assert why_float(conv, conv.args[0], True) == "its input is not a dequantized tensor"
+    assert quantized_convs(before, int8_dot=True).calls() == before.calls()
+
+
+def test_explain_says_which_convs_run_on_integers() -> None:
+    from compiler.explain import explain_model
+
+    report = explain_model(_qdq_conv()[0].SerializeToString(), CompileOptions(opt_level=3))
+    (conv,) = [k for k in report.kernels if any(n.node == "conv" for n in k.nodes)]
+    want = f"quantized_conv: {INTEGER_CONV if HAS_VNNI else 'stays float: ' + NO_INSTRUCTION}"
+    assert want in conv.why
+
+
+def test_weights_on_a_per_channel_grid_are_found_and_others_are_not() -> None:
+    rng = np.random.default_rng(3)
+    ks = rng.integers(-128, 128, (6, 5, 3, 3))
+    ks[1] *= 2  # a channel of even integers only: a coarser step fits as well
+    ks[2] = 0  # an empty channel
+    steps = rng.uniform(1e-4, 1e-2, 6)
+    w = (ks * steps[:, None, None, None]).astype(np.float32)
+    found = weight_grid(w)
+    assert found is not None
+    k, step = found
+    assert k.dtype == np.int8 and step[2] == 0
+    np.testing.assert_allclose(k * step[:, None, None, None], w, rtol=1e-5, atol=1e-9)
+    assert weight_grid(rng.standard_normal((4, 3, 3, 3)).astype(np.float32)) is None
+
+
+def test_packed_weights_round_trip_and_the_op_checks_its_operands() -> None:
+    rng = np.random.default_rng(4)
+    w = rng.integers(-128, 128, (20, 12, 3, 3)).astype(np.int8)
+    packed = pack_weight_u8s8(w, 8, 16)
+    assert packed.dtype == np.int32 and packed.shape == (2, 2, 3, 3, 2, 16)
+    np.testing.assert_array_equal(unpack_weight_u8s8(packed)[:20, :12], w)
+    infer = get(OP).infer
+    x = TensorType((1, 2, 5, 5, 8), "uint8")
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "groups": 1, "x_zero": 3}
+    assert infer([x, TensorType(packed.shape, "int32")], attrs) == TensorType((1, 2, 5, 5, 16), "int32")
+    with pytest.raises(Exception, match="uint8"):
+        infer([TensorType(x.shape, "float32"), TensorType(packed.shape, "int32")], attrs)
+    with pytest.raises(Exception, match="do not match"):
+        infer([TensorType((1, 2, 5, 5, 12), "uint8"), TensorType(packed.shape, "int32")], attrs)
+    with pytest.raises(Exception, match="x_zero"):
+        infer([x, TensorType(packed.shape, "int32")], {**attrs, "x_zero": 300})

@@ -1,0 +1,42 @@
+"""A quantized model's integer conv is a tuning task like any conv: random schedules from its space
+compute the reference (the graph interpreter's exact integer sums) on random uint8 inputs and
+weights, and the features extract."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from compiler.ops.conv2d_int8 import OP
+from compiler.pipeline import CompileOptions
+from tests.compiler.graph.test_quantized_conv import HAS_VNNI, _qdq_conv
+from tests.tuner.test_space import run_candidate
+from tuner.features import N_FEATURES, extract
+from tuner.space import sample
+from tuner.task import extract_tasks
+
+
+@pytest.mark.skipif(not HAS_VNNI, reason="no VNNI at this host's vector width: quantized convs stay float")
+def test_random_schedules_of_an_integer_conv_compute_its_reference() -> None:
+    model, _ = _qdq_conv(c=32, oc=48, hw=12)
+    tasks = extract_tasks(model.SerializeToString(), CompileOptions())
+    (task,) = [t for t in tasks if t.workload.anchor_op == OP]
+    inputs = task.inputs(seed=1)
+    assert any(v.dtype == np.uint8 and v.max() > 128 for v in inputs.values())  # the whole uint8 range
+    rng = random.Random(0)
+    seen = 0
+    for _ in range(12):
+        trace = sample(task.workload, rng)
+        if trace is None:
+            continue
+        got, want = run_candidate(task, trace)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        seen += 1
+        if seen == 3:
+            break
+    assert seen == 3
+    default = run_candidate(task, None)
+    np.testing.assert_allclose(*default, rtol=1e-5, atol=1e-5)
+    assert len(extract(task.workload.func, task.workload.flops)) == N_FEATURES
