@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from tests.models.fetch import REAL_MODELS, RealModel
 
 TORCHSCRIPT, DYNAMO, SHIPPED = "torchscript", "dynamo", "shipped"
+QUANTIZED = "_qdq"
+"""The suffix of a network exported quantized (onnxruntime's static quantization of its float export)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,9 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
     ("t5_encoder", TORCHSCRIPT, 14, False, True),  # torch.export fails on its attention views
     ("clip_text", DYNAMO, 18, False, False),
     ("resnet18_fp16", TORCHSCRIPT, 17, False, True),
+    ("resnet18_qdq", TORCHSCRIPT, 17, False, True),
+    ("resnet50_qdq", TORCHSCRIPT, 17, False, False),
+    ("mobilenet_v2_qdq", TORCHSCRIPT, 17, False, False),
     ("mobilenet_v3_small_fp16", TORCHSCRIPT, 17, False, False),
     ("clip_vision", DYNAMO, 18, False, True),
     ("vit_hf", DYNAMO, 18, True, False),
@@ -117,7 +122,7 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
 
 
 def _generated(network: str, exporter: str, opset: int, dynamic: bool, ci: bool) -> ZooModel:
-    base = network.removesuffix("_fp16")
+    base = network.removesuffix("_fp16").removesuffix(QUANTIZED)
     source = "torchvision" if base in _TORCHVISION else "torch.nn" if base in _RECURRENT else "transformers"
     tag = f"{'ts' if exporter == TORCHSCRIPT else 'dy'}{opset}{'-dyn' if dynamic else ''}"
     return ZooModel(f"{network}.{tag}", source, network, exporter, opset, dynamic, ci)

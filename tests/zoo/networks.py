@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from tests.zoo.catalog import QUANTIZED
+
 
 @dataclass(frozen=True)
 class Network:
@@ -451,9 +453,18 @@ def _half(make: Callable[[int], Network]) -> Callable[[int], Network]:
 
 def builders() -> dict[str, Callable[[int], Network]]:
     everything = {**torchvision_builders(), **transformers_builders(), **recurrent_builders()}
-    return {**everything, **{f"{name}_fp16": _half(everything[name]) for name in FLOAT16}}
+    # a quantized network is its float network, quantized after export (tests/zoo/generate.py)
+    return {
+        **everything,
+        **{f"{name}_fp16": _half(everything[name]) for name in FLOAT16},
+        **{f"{name}{QUANTIZED}": everything[name] for name in QDQ},
+    }
 
 
 FLOAT16 = ("resnet18", "mobilenet_v3_small")
 """Networks also exported in float16 (a float16 BERT export mixes float and float16 inputs of one
 LayerNormalization, which onnxruntime refuses)."""
+
+QDQ = ("resnet18", "resnet50", "mobilenet_v2")
+"""Networks also exported quantized: onnxruntime's static quantization (its default QDQ format, uint8
+activations, int8 weights per output channel) calibrated on random batches, as users quantize."""
