@@ -107,23 +107,25 @@ def _dequantized(x: Expr) -> tuple[Expr, float, int, int] | str:
 
 def weight_grid(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(k int8, step per output channel) with w[o] = k[o] * step[o], for an OIHW float weight on an
-    8-bit grid per output channel; None when it is not. Of the steps that fit, the coarsest integers
-    (the largest |k| up to 127, then 128) are taken: any exact split gives the same products."""
+    8-bit grid per output channel; None when it is not. Of the steps that fit, the finest is taken
+    (the largest |k|: 127, then 128, then fewer); any exact split gives the same products."""
     flat = w.reshape(w.shape[0], -1).astype(np.float64)
     peak = np.abs(flat).max(axis=1)
     steps = np.zeros(len(flat))
     ks = np.zeros(flat.shape, np.int8)
-    for o, row in enumerate(flat):
-        if peak[o] == 0:
-            continue
-        for top in (127, 128, *range(126, 0, -1)):
-            k = row * (top / peak[o])
-            near = np.round(k)
-            if np.all(np.abs(k - near) <= GRID_TOLERANCE) and near.min() >= -128 and near.max() <= 127:
-                ks[o], steps[o] = near.astype(np.int8), peak[o] / top
-                break
-        else:
-            return None
+    open_rows = np.flatnonzero(peak > 0)  # an all-zero channel takes step 0
+    for top in (127, 128, *range(126, 0, -1)):  # whole-array steps: bounded work for any weight
+        if not open_rows.size:
+            break
+        k = flat[open_rows] * (top / peak[open_rows])[:, None]
+        near = np.round(k)
+        fits = np.all(np.abs(k - near) <= GRID_TOLERANCE, axis=1) & (near.min(axis=1) >= -128)
+        fits &= near.max(axis=1) <= 127
+        ks[open_rows[fits]] = near[fits].astype(np.int8)
+        steps[open_rows[fits]] = peak[open_rows[fits]] / top
+        open_rows = open_rows[~fits]
+    if open_rows.size:
+        return None
     return ks.reshape(w.shape), steps
 
 
