@@ -25,6 +25,8 @@ not a multiple of four channels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of, rewrite
@@ -56,10 +58,20 @@ def _integer(v: float | None) -> bool:
 MOVERS = frozenset({"layout_transform"})
 
 
-def quantized_input(x: Expr) -> tuple[Expr, float, int, int] | str:
-    """(the clipped integers q, the scale s, the zero point z, the grid's lowest value) of a
-    dequantized tensor (q - z) * s with q = clip(round(..) + c, lo, hi) on a grid of at most 256
-    integers, seen through ops that move values (q then moved the same way); else why not."""
+@dataclass(frozen=True)
+class QuantizedInput:
+    """A conv's input (q - zero) * scale, q = clip(round(..) + c, lo, hi) on an integer grid."""
+
+    clip: Call  # q
+    moves: tuple[Call, ...]  # ops that move values between the dequantization and the conv (conv's first)
+    scale: float
+    zero: int
+    lo: int
+
+
+def quantized_input(x: Expr) -> QuantizedInput | str:
+    """The quantized tensor a conv input dequantizes (a grid of at most 256 integers, one scale and
+    zero point), seen through ops that move values; else why not."""
     moves: list[Call] = []
     while isinstance(x, Call) and x.op in MOVERS:
         moves.append(x)
@@ -67,13 +79,11 @@ def quantized_input(x: Expr) -> tuple[Expr, float, int, int] | str:
     found = _dequantized(x)
     if isinstance(found, str):
         return found
-    q, scale, zero, lo = found
-    for move in reversed(moves):
-        q = Call(move.op, (q, *move.args[1:]), move.attrs, move.type, f"{move.name}.q")
-    return q, scale, zero, lo
+    clip, scale, zero, lo = found
+    return QuantizedInput(clip, tuple(moves), scale, zero, lo)
 
 
-def _dequantized(x: Expr) -> tuple[Expr, float, int, int] | str:
+def _dequantized(x: Expr) -> tuple[Call, float, int, int] | str:
     if not (isinstance(x, Call) and x.op == "mul"):
         return "its input is not a dequantized tensor"
     inner, scale = x.args[0], _scalar(x.args[1])
@@ -157,11 +167,39 @@ def _per_lane(values: np.ndarray, out: TensorType, dtype: str) -> np.ndarray:
     return values.astype(dtype).reshape(1, ocb, 1, 1, ob)
 
 
-def as_integer_conv(call: Call, x: Expr) -> Expr:
-    """conv2d_nchwc(dequantized x, w) as the integer conv and its float epilogue (why_float is None)."""
-    found = quantized_input(x)
-    assert not isinstance(found, str)
-    q, scale, zero, lo = found
+def as_bytes(clip: Call, lo: int) -> Call:
+    """The quantized integers as uint8 (shifted by -lo onto 0..255): what the producing kernel stores."""
+    q: Expr = clip
+    if lo:
+        q = Call(
+            "add",
+            (clip, Const(f"{clip.name}.shift", np.array(-lo, np.float32))),
+            (),
+            clip.type,
+            f"{clip.name}.shift",
+        )
+    return Call(
+        "cast", (q,), attrs_of({"to": "uint8"}), TensorType(clip.type.shape, "uint8"), f"{clip.name}.u8"
+    )
+
+
+def from_bytes(stored: Call, lo: int, like: Call) -> Expr:
+    """The float integers of `like` (a clip) read back from its stored bytes: equal, value for value."""
+    back: Expr = Call("cast", (stored,), attrs_of({"to": "float32"}), like.type, f"{like.name}.float")
+    if lo:
+        back = Call(
+            "add",
+            (back, Const(f"{like.name}.unshift", np.array(lo, np.float32))),
+            (),
+            like.type,
+            f"{like.name}.unshift",
+        )
+    return back
+
+
+def as_integer_conv(call: Call, plan: QuantizedInput, stored: Expr) -> Expr:
+    """conv2d_nchwc(dequantized x, w) as the integer conv over `stored` (x's integers as uint8) and its
+    float epilogue (why_float is None)."""
     w = call.args[1]
     assert isinstance(w, Const)
     grid = weight_grid(unpack_weight(w.data))
@@ -169,10 +207,11 @@ def as_integer_conv(call: Call, x: Expr) -> Expr:
     ks, steps = grid
     ib, ob = w.type.shape[4], w.type.shape[5]
     name = call.name
-    shape = q.type.shape
-    if lo:
-        q = Call("add", (q, Const(f"{name}.shift", np.array(-lo, np.float32))), (), q.type, f"{name}.shift")
-    as_u8 = Call("cast", (q,), attrs_of({"to": "uint8"}), TensorType(shape, "uint8"), f"{name}.u8")
+    zero, lo, scale = plan.zero, plan.lo, plan.scale
+    as_u8 = stored
+    for move in reversed(plan.moves):
+        moved = TensorType(move.type.shape, "uint8")
+        as_u8 = Call(move.op, (as_u8, *move.args[1:]), move.attrs, moved, f"{move.name}.u8")
     weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(ks, ib, ob))
     attrs = dict(call.attr_dict, x_zero=zero - lo)
     out = call.type
@@ -192,13 +231,32 @@ def as_integer_conv(call: Call, x: Expr) -> Expr:
 
 def quantized_convs(graph: Graph, int8_dot: bool) -> Graph:
     """Every blocked conv the rule admits on the integer kernel (none where `int8_dot` is False: the
-    target lacks the instruction at the layout's vector width)."""
+    target lacks the instruction at the layout's vector width). Each quantized tensor such a conv
+    reads is stored once as bytes: every other reader of its integers (a residual add's
+    dequantization) reads them back from those bytes, so no float copy is written beside them."""
     if not int8_dot:
         return graph
+    plans: dict[int, QuantizedInput] = {}
+    for call in graph.calls():
+        if why_float(call, call.args[0], int8_dot) is None:
+            plan = quantized_input(call.args[0])
+            assert not isinstance(plan, str)
+            plans[id(call)] = plan
+    lows = {id(plan.clip): plan.lo for plan in plans.values()}
+    stored: dict[int, Call] = {}  # clip -> its bytes
 
     def rule(call: Call, args: tuple[Expr, ...]) -> Expr | None:
-        if call.op != "conv2d_nchwc" or why_float(call, args[0], int8_dot) is not None:
+        if id(call) in lows:
+            clip = (
+                call
+                if all(a is b for a, b in zip(args, call.args, strict=True))
+                else Call(call.op, args, call.attrs, call.type, call.name)
+            )
+            stored[id(call)] = as_bytes(clip, lows[id(call)])
+            return from_bytes(stored[id(call)], lows[id(call)], clip)
+        plan = plans.get(id(call))
+        if plan is None:
             return None
-        return as_integer_conv(call, args[0])
+        return as_integer_conv(call, plan, stored[id(plan.clip)])
 
     return rewrite(graph, rule)

@@ -146,6 +146,80 @@ def test_a_qdq_conv_compiles_to_the_integer_kernel_and_matches_onnxruntime(case:
     np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
 
 
+def _residual_block(c: int = 32, hw: int = 8) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Two QDQ convs and a residual add reading the first one's quantized output through its own
+    DequantizeLinear, as onnxruntime writes a ResNet block; int8 activations (a grid shifted onto
+    uint8 for the integer conv)."""
+    rng = np.random.default_rng(7)
+    inits = [
+        numpy_helper.from_array(np.array(s, np.float32), f"s{i}") for i, s in enumerate((0.03, 0.02, 0.025))
+    ]
+    inits += [numpy_helper.from_array(np.array(z, np.int8), f"z{i}") for i, z in enumerate((-3, 0, 4))]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["q0"], name="q0"),
+        helper.make_node("DequantizeLinear", ["q0", "s0", "z0"], ["d0"], name="d0"),
+    ]
+    for i in (1, 2):
+        inits += [
+            numpy_helper.from_array(rng.integers(-128, 128, (c, c, 3, 3)).astype(np.int8), f"w{i}q"),
+            numpy_helper.from_array(rng.uniform(5e-4, 2e-3, c).astype(np.float32), f"w{i}s"),
+            numpy_helper.from_array(np.zeros(c, np.int8), f"w{i}z"),
+        ]
+        nodes.append(helper.make_node("DequantizeLinear", [f"w{i}q", f"w{i}s", f"w{i}z"], [f"w{i}"], axis=0))
+    nodes += [
+        helper.make_node("Conv", ["d0", "w1"], ["c1"], name="conv1", pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("QuantizeLinear", ["r1", "s1", "z1"], ["q1"], name="q1"),
+        helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"], name="d1"),
+        helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1_skip"], name="d1_skip"),
+        helper.make_node("Conv", ["d1", "w2"], ["c2"], name="conv2", pads=[1] * 4),
+        helper.make_node("Add", ["c2", "d1_skip"], ["sum"], name="residual"),
+        helper.make_node("Relu", ["sum"], ["r2"], name="relu2"),
+        helper.make_node("QuantizeLinear", ["r2", "s2", "z2"], ["q2"], name="q2"),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z2"], ["y"], name="d2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qdq_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, hw, hw])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, {"x": (rng.standard_normal((1, c, hw, hw)) * 1.5).astype(np.float32)}
+
+
+def test_a_quantized_tensor_is_stored_once_as_bytes_for_every_reader() -> None:
+    """The residual add reads the first conv's integers back from the bytes the second conv reads:
+    each clip that feeds an integer conv has the byte cast as its only reader; the result is the
+    float graph's but for a rounding tie."""
+    model, feeds = _residual_block()
+    graph = _before_pass(model)
+    rewritten = quantized_convs(graph, int8_dot=True)
+    assert sum(c.op == OP for c in rewritten.calls()) == 2
+    readers: dict[int, list[str]] = {}
+    for c in rewritten.calls():
+        for a in c.args:
+            readers.setdefault(id(a), []).append(c.op)
+    clips = [c for c in rewritten.calls() if c.op == "clip" and c.name in ("q0", "q1")]
+    assert len(clips) == 2 and all(readers[id(c)] in (["cast"], ["add"]) for c in clips)
+    (want,) = run_graph(graph, feeds).values()
+    (got,) = run_graph(rewritten, feeds).values()
+    steps = np.abs(np.asarray(got) - np.asarray(want)) / 0.025
+    assert steps.max() <= 1.001 and np.mean(steps < 1e-3) > 0.99
+
+
+@pytest.mark.skipif(not HAS_VNNI, reason="no VNNI at this host's vector width: quantized convs stay float")
+def test_a_residual_block_compiles_and_matches_onnxruntime(tmp_path: Path) -> None:
+    model, feeds = _residual_block()
+    compile_model(model.SerializeToString(), CompileOptions(opt_level=3)).save(tmp_path / "b.temper")
+    (got,) = compiler.runtime.load(tmp_path / "b.temper").run(feeds).values()
+    (want,) = run_ort(model, feeds).values()
+    steps = np.abs(got - want) / 0.025
+    assert steps.max() <= 1.001 and np.mean(steps < 1e-3) > 0.98
+
+
 def test_the_reasons_a_conv_stays_float() -> None:
     (quantized,) = _blocked_convs(_before_pass(_qdq_conv()[0]))
     assert why_float(quantized, quantized.args[0], True) is None
