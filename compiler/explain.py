@@ -17,7 +17,8 @@ from compiler.graph.passes.alter_layout import why_planar
 from compiler.graph.passes.conv_algorithm import algorithm_report, flops_bar
 from compiler.graph.passes.conv_transpose_phases import describe, why_kept
 from compiler.graph.passes.pointwise_rows import why_rows
-from compiler.graph.passes.quantized_conv import INTEGER_CONV, quantized_input, why_float
+from compiler.graph.passes.quantized_kernels import INTEGER_CONV, quantized_input, why_float
+from compiler.graph.passes.quantized_kernels import REWRITES as QUANTIZED_REWRITES
 from compiler.kernels import Kernel, ScheduleSource, family_rule
 from compiler.pipeline import (
     CompileOptions,
@@ -250,14 +251,14 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
                 reason = why_planar(call, block) if block > 1 else "the target has no vector block"
                 verdict = f"stays NCHW: {reason}" if reason else f"runs blocked (NCHW{block}c)"
                 out.setdefault(call.name, []).append(f"alter_layout: {verdict}")
-    if "quantized_conv" in by_pass:
-        before = fr.after_pass[names.index("quantized_conv") - 1][1]
+    if "quantized_kernels" in by_pass:
+        before = fr.after_pass[names.index("quantized_kernels") - 1][1]
         dot = block in fr.target.dot_lanes
         for call in before.calls():
-            if call.op == "conv2d_nchwc" and not isinstance(quantized_input(call.args[0]), str):
+            if call.op in QUANTIZED_REWRITES and not isinstance(quantized_input(call.args[0]), str):
                 reason = why_float(call, call.args[0], dot)
                 verdict = f"stays float: {reason}" if reason else INTEGER_CONV
-                out.setdefault(call.name, []).append(f"quantized_conv: {verdict}")
+                out.setdefault(call.name, []).append(f"quantized_kernels: {verdict}")
     if "pointwise_conv_rows" in by_pass:
         before = fr.after_pass[names.index("pointwise_conv_rows") - 1][1]
         for call in before.calls():

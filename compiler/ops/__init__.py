@@ -17,6 +17,7 @@ from compiler.ops import (  # noqa: F401  (imported to register their ops)
     grid_sample,
     layout,
     matmul,
+    matmul_int8,
     norm,
     pool,
     reduce,

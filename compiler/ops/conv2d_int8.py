@@ -9,7 +9,7 @@ Why: a quantized model's convs multiply 8-bit integers. VNNI's vpdpbusd sums fou
 into each int32 lane in one instruction, four times the multiply-adds of a float32 FMA of the same
 width. The loop nest is conv2d_nchwc's, with a step of four input channels (DOT4) in place of one,
 so the blocked conv's schedule rules and tuning decisions apply unchanged (see
-compiler/graph/passes/quantized_conv.py for where the graph gets these convs, and the float
+compiler/graph/passes/quantized_kernels.py for where the graph gets these convs, and the float
 arithmetic of its epilogue).
 """
 

@@ -11,7 +11,7 @@ import pytest
 
 from compiler.ops.conv2d_int8 import OP
 from compiler.pipeline import CompileOptions
-from tests.compiler.graph.test_quantized_conv import HAS_VNNI, _qdq_conv
+from tests.compiler.graph.test_quantized_kernels import HAS_VNNI, _qdq_conv
 from tests.tuner.test_space import run_candidate
 from tuner.features import N_FEATURES, extract
 from tuner.space import sample

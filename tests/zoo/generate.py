@@ -89,7 +89,7 @@ def export(entry: ZooModel) -> tuple[bytes, dict[str, np.ndarray]]:
 def quantize(model: bytes, feeds: dict[str, np.ndarray]) -> bytes:
     """The model quantized by onnxruntime's static quantization as its documentation shows it
     (pre-processed, QDQ format, uint8 activations, int8 weights per channel), calibrated on random
-    batches shaped like `feeds`."""
+    batches shaped like `feeds` (their integer inputs, token ids, kept)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -97,8 +97,11 @@ def quantize(model: bytes, feeds: dict[str, np.ndarray]) -> bytes:
         def __init__(self) -> None:
             rng = np.random.default_rng(SEED + 1)
 
-            def one() -> dict[str, np.ndarray]:
-                return {k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feeds.items()}
+            def one() -> dict[str, np.ndarray]:  # random floats; token ids and masks as given
+                return {
+                    k: rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v
+                    for k, v in feeds.items()
+                }
 
             self.batches = iter([one() for _ in range(4)])
 

@@ -17,7 +17,7 @@ from compiler.graph.passes import (
     conv_algorithm,
     conv_transpose_phases,
     pointwise_matmul,
-    quantized_conv,
+    quantized_kernels,
 )
 from compiler.graph.passes.alter_layout import alter_conv_layout
 from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, choose_conv_algorithm
@@ -28,7 +28,7 @@ from compiler.graph.passes.fold_constants import fold_constants
 from compiler.graph.passes.fuse import Group, partition, print_fused
 from compiler.graph.passes.pointwise_matmul import pointwise_conv_to_matmul
 from compiler.graph.passes.pointwise_rows import pointwise_conv_rows
-from compiler.graph.passes.quantized_conv import quantized_convs
+from compiler.graph.passes.quantized_kernels import integer_kernels
 from compiler.graph.passes.simplify import simplify
 
 
@@ -70,8 +70,8 @@ def _alter_layout(graph: Graph, ctx: PassContext) -> Graph:
     return alter_conv_layout(graph, ctx.channel_block)
 
 
-def _quantized_conv(graph: Graph, ctx: PassContext) -> Graph:
-    return quantized_convs(graph, ctx.int8_dot)
+def _quantized_kernels_pass(graph: Graph, ctx: PassContext) -> Graph:
+    return integer_kernels(graph, ctx.int8_dot)
 
 
 def _conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:
@@ -94,7 +94,7 @@ _LEVEL_2: list[tuple[str, Pass]] = [
     # conv chains (with their epilogues, pooling and concats) in NCHW{b}c, weights pre-packed
     ("alter_layout", _alter_layout),
     # blocked convs of quantized tensors with 8-bit weights -> integer convs (VNNI), float epilogue
-    ("quantized_conv", _quantized_conv),
+    ("quantized_kernels", _quantized_kernels_pass),
     # 3x3 stride-1 blocked convs with enough channels -> Winograd F(4x4 or 2x2, 3x3), weights transformed
     ("conv_algorithm", _conv_algorithm),
     # 1x1 convs over large planes -> matmul on the NCHW planes, epilogue included; then the
@@ -138,7 +138,7 @@ REWRITING_PASSES = {
     "conv_algorithm": conv_algorithm.REWRITES,
     "conv_transpose_phases": conv_transpose_phases.REWRITES,
     "pointwise_conv_to_matmul": pointwise_matmul.REWRITES,
-    "quantized_conv": quantized_conv.REWRITES,
+    "quantized_kernels": quantized_kernels.REWRITES,
 }
 
 

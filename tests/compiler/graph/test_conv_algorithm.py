@@ -207,7 +207,7 @@ def test_the_pass_runs_after_layout_alteration_and_can_be_disabled() -> None:
     g = graph([x], conv(x, 32, name="c"))
     _, ran = run_passes(g, 3, context=PassContext(channel_block=B))
     # right after the layout (and the integer convs, which take the quantized ones out of its choice)
-    assert ran.index("conv_algorithm") == ran.index("quantized_conv") + 1 == ran.index("alter_layout") + 2
+    assert ran.index("conv_algorithm") == ran.index("quantized_kernels") + 1 == ran.index("alter_layout") + 2
     assert "conv_algorithm" in optional_passes()
     _, ran = run_passes(g, 3, context=PassContext(channel_block=B), disabled={"conv_algorithm"})
     assert "conv_algorithm" not in ran

@@ -20,6 +20,7 @@ VOCABULARY = {
         "conv2d",
         "conv2d_nchwc",
         "conv2d_nchwc_u8s8",
+        "matmul_u8s8",
         "conv2d_winograd_nchwc",
         "conv_transpose2d",
         "matmul",

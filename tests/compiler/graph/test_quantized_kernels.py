@@ -1,4 +1,4 @@
-"""The quantized_conv pass: which blocked convs of a QDQ model run on the 8-bit integer kernel, why
+"""The quantized_kernels pass: which blocked convs of a QDQ model run on the 8-bit integer kernel, why
 the others stay float, and that the integer conv computes the quantized model's result (interpreted
 on any host; compiled on a host with VNNI, against onnxruntime)."""
 
@@ -14,14 +14,16 @@ from onnx import TensorProto, helper, numpy_helper
 import compiler.runtime
 from compiler.graph.interpret import run_graph
 from compiler.graph.ir import Call, Graph
-from compiler.graph.passes.quantized_conv import (
+from compiler.graph.passes.quantized_kernels import (
     INTEGER_CONV,
     NO_INSTRUCTION,
-    quantized_convs,
+    integer_kernels,
     weight_grid,
     why_float,
 )
 from compiler.ops.conv2d_int8 import OP, pack_weight_u8s8, unpack_weight_u8s8
+from compiler.ops.matmul_int8 import OP as MATMUL
+from compiler.ops.matmul_int8 import pack_matmul_u8s8, unpack_matmul_u8s8
 from compiler.ops.registry import get
 from compiler.pipeline import Build, CompileOptions, compile_model, run_stages
 from compiler.target import host_target
@@ -103,10 +105,10 @@ CASES = {
 
 
 def _before_pass(model: onnx.ModelProto) -> Graph:
-    """The model's graph as the quantized_conv pass receives it (after alter_layout), for this host."""
+    """The model's graph as the quantized_kernels pass receives it (after alter_layout), for this host."""
     b = run_stages(Build.start(model.SerializeToString(), CompileOptions(opt_level=3)), until="optimized")
     names = [name for name, _ in b.after_pass]
-    return b.after_pass[names.index("quantized_conv") - 1][1]
+    return b.after_pass[names.index("quantized_kernels") - 1][1]
 
 
 def _blocked_convs(graph: Graph) -> list[Call]:
@@ -125,7 +127,7 @@ def test_the_integer_conv_computes_what_the_float_conv_does(case: str) -> None:
     same quantized outputs but for a rounding tie, on any host."""
     model, feeds = _qdq_conv(**CASES[case])  # type: ignore[arg-type]
     graph = _before_pass(model)
-    rewritten = quantized_convs(graph, int8_dot=True)
+    rewritten = integer_kernels(graph, int8_dot=True)
     assert [c.op for c in rewritten.calls() if c.op.startswith("conv2d")] == [OP]
     (want,) = run_graph(graph, feeds).values()
     (got,) = run_graph(rewritten, feeds).values()
@@ -196,7 +198,7 @@ def test_a_quantized_tensor_is_stored_once_as_bytes_for_every_reader() -> None:
     float graph's but for a rounding tie."""
     model, feeds = _residual_block()
     graph = _before_pass(model)
-    rewritten = quantized_convs(graph, int8_dot=True)
+    rewritten = integer_kernels(graph, int8_dot=True)
     assert sum(c.op == OP for c in rewritten.calls()) == 2
     readers: dict[int, list[str]] = {}
     for c in rewritten.calls():
@@ -218,6 +220,77 @@ def test_a_residual_block_compiles_and_matches_onnxruntime(tmp_path: Path) -> No
     (want,) = run_ort(model, feeds).values()
     steps = np.abs(got - want) / 0.025
     assert steps.max() <= 1.001 and np.mean(steps < 1e-3) > 0.98
+
+
+def _qdq_matmul(
+    k: int = 24, n: int = 40, *, per_column: bool = True
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """x [2, 5, k] -> Q/DQ -> MatMul (int8 weight [k, n] behind a DequantizeLinear, per column or per
+    tensor) -> Add bias -> Q/DQ, as onnxruntime quantizes a transformer's projection."""
+    rng = np.random.default_rng(9)
+    w_scale = (rng.uniform(5e-4, 2e-3, n) if per_column else np.array(1e-3)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float32), "s_in"),
+        numpy_helper.from_array(np.array(117, np.uint8), "z_in"),
+        numpy_helper.from_array(rng.integers(-128, 128, (k, n)).astype(np.int8), "w_q"),
+        numpy_helper.from_array(w_scale, "w_s"),
+        numpy_helper.from_array(np.zeros(w_scale.shape, np.int8), "w_z"),
+        numpy_helper.from_array(rng.standard_normal(n).astype(np.float32) * 0.1, "b"),
+        numpy_helper.from_array(np.array(OUT_SCALE, np.float32), "s_out"),
+        numpy_helper.from_array(np.array(120, np.uint8), "z_out"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["xq"], name="q_in"),
+        helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd"], name="dq_in"),
+        helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], name="dq_w", axis=1),
+        helper.make_node("MatMul", ["xd", "w"], ["m"], name="matmul"),
+        helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+        helper.make_node("QuantizeLinear", ["a", "s_out", "z_out"], ["aq"], name="q_out"),
+        helper.make_node("DequantizeLinear", ["aq", "s_out", "z_out"], ["y"], name="dq_out"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "qdq_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, {"x": (rng.standard_normal((2, 5, k)) * 1.5).astype(np.float32)}
+
+
+@pytest.mark.parametrize("per_column", [True, False], ids=["per_column", "per_tensor"])
+def test_the_integer_matmul_computes_what_the_float_matmul_does(per_column: bool, tmp_path: Path) -> None:
+    model, feeds = _qdq_matmul(per_column=per_column)
+    graph = _before_pass(model)
+    rewritten = integer_kernels(graph, int8_dot=True)
+    assert [c.op for c in rewritten.calls() if c.op.startswith("matmul")] == [MATMUL]
+    (want,) = run_graph(graph, feeds).values()
+    (got,) = run_graph(rewritten, feeds).values()
+    _within_one_step(np.asarray(got), np.asarray(want))
+    if HAS_VNNI:
+        compile_model(model.SerializeToString(), CompileOptions(opt_level=3)).save(tmp_path / "m.temper")
+        (got,) = compiler.runtime.load(tmp_path / "m.temper").run(feeds).values()
+        _within_one_step(got, run_ort(model, feeds)["y"])
+
+
+def test_the_reasons_a_matmul_stays_float() -> None:
+    (odd,) = [c for c in _before_pass(_qdq_matmul(k=22)[0]).calls() if c.op == "matmul"]
+    assert "not a multiple of 4" in (why_float(odd, odd.args[0], True) or "")
+    x = odd.args[0]
+    assert (
+        why_float(Call("matmul", (x, x), (), odd.type, "attention"), x, True)
+        == "its weight is not a constant"
+    )
+
+
+def test_packed_matmul_weights_round_trip() -> None:
+    w = np.random.default_rng(2).integers(-128, 128, (22, 7)).astype(np.int8)
+    packed = pack_matmul_u8s8(w)
+    assert packed.dtype == np.int32 and packed.shape == (6, 7)
+    np.testing.assert_array_equal(unpack_matmul_u8s8(packed)[:22], w)
+    assert not unpack_matmul_u8s8(packed)[22:].any()
 
 
 def test_the_reasons_a_conv_stays_float() -> None:
@@ -246,7 +319,7 @@ def test_a_float_models_convs_are_left_alone() -> None:
     before = _before_pass(plain)
     (conv,) = _blocked_convs(before)
     assert why_float(conv, conv.args[0], True) == "its input is not a dequantized tensor"
-    assert quantized_convs(before, int8_dot=True).calls() == before.calls()
+    assert integer_kernels(before, int8_dot=True).calls() == before.calls()
 
 
 def test_explain_says_which_convs_run_on_integers() -> None:
@@ -254,7 +327,7 @@ def test_explain_says_which_convs_run_on_integers() -> None:
 
     report = explain_model(_qdq_conv()[0].SerializeToString(), CompileOptions(opt_level=3))
     (conv,) = [k for k in report.kernels if any(n.node == "conv" for n in k.nodes)]
-    want = f"quantized_conv: {INTEGER_CONV if HAS_VNNI else 'stays float: ' + NO_INSTRUCTION}"
+    want = f"quantized_kernels: {INTEGER_CONV if HAS_VNNI else 'stays float: ' + NO_INSTRUCTION}"
     assert want in conv.why
 
 

@@ -30,12 +30,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of, rewrite
+from compiler.ops import conv2d_int8, matmul_int8
 from compiler.ops.conv2d_blocked import unpack_weight
-from compiler.ops.conv2d_int8 import DOT, OP, pack_weight_u8s8
+from compiler.ops.conv2d_int8 import DOT, pack_weight_u8s8
+from compiler.ops.matmul_int8 import pack_matmul_u8s8
 from compiler.tensor_type import TensorType
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
-REWRITES = {"conv2d_nchwc": OP}
+REWRITES = {"conv2d_nchwc": conv2d_int8.OP, "matmul": matmul_int8.OP}
 INTEGER_CONV = "runs on 8-bit integers (u8 x s8 dot products summed in int32, the scales after)"
 NO_INSTRUCTION = "the target has no u8 x s8 dot-product instruction (VNNI) at its vector width"
 # how far from an integer a weight divided by its channel's step may be and still lie on the grid
@@ -55,7 +57,7 @@ def _integer(v: float | None) -> bool:
 
 
 # ops that only move values: a dequantization with one scale and zero point commutes with them
-MOVERS = frozenset({"layout_transform"})
+MOVERS = frozenset({"layout_transform", "reshape", "transpose"})
 
 
 @dataclass(frozen=True)
@@ -140,25 +142,40 @@ def weight_grid(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def why_float(call: Call, x: Expr, int8_dot: bool) -> str | None:
-    """None when this blocked conv runs on the 8-bit integer kernel, else why it stays float."""
-    if call.op != "conv2d_nchwc":
-        return "not a blocked conv2d"
+    """None when this blocked conv or matmul (reading `x`) runs on an 8-bit integer kernel, else why
+    it stays float."""
+    if call.op not in REWRITES:
+        return "not a blocked conv2d or a matmul"
     if not int8_dot:
         return NO_INSTRUCTION
     w = call.args[1]
     if not isinstance(w, Const):
         return "its weight is not a constant"
-    if call.attr("groups", 1) != 1:
-        return "grouped (the integer kernel is for dense convs)"
-    ib = x.type.shape[4]
-    if ib % DOT:
-        return f"its input is blocked by {ib} channels, not a multiple of {DOT} (a network's first conv)"
+    if call.op == "matmul":
+        if w.type.ndim != 2:
+            return f"its weight is {w.type.ndim}-D (the integer kernel takes one [K, N] matrix)"
+        if x.type.shape[-1] % DOT:
+            return f"its reduction of {x.type.shape[-1]} is not a multiple of {DOT}"
+    else:
+        if call.attr("groups", 1) != 1:
+            return "grouped (the integer kernel is for dense convs)"
+        ib = x.type.shape[4]
+        if ib % DOT:
+            return f"its input is blocked by {ib} channels, not a multiple of {DOT} (a network's first conv)"
     found = quantized_input(x)
     if isinstance(found, str):
         return found
-    if weight_grid(unpack_weight(w.data)) is None:
-        return "its weight is not on an 8-bit grid per output channel"
+    if _weight_grid(call) is None:
+        what = "column" if call.op == "matmul" else "output channel"
+        return f"its weight is not on an 8-bit grid per {what}"
     return None
+
+
+def _weight_grid(call: Call) -> tuple[np.ndarray, np.ndarray] | None:
+    """weight_grid of a conv's weight (per output channel) or a matmul's (per column: its rows)."""
+    w = call.args[1]
+    assert isinstance(w, Const)
+    return weight_grid(w.data.T if call.op == "matmul" else unpack_weight(w.data))
 
 
 def _per_lane(values: np.ndarray, out: TensorType, dtype: str) -> np.ndarray:
@@ -202,20 +219,17 @@ def as_integer_conv(call: Call, plan: QuantizedInput, stored: Expr) -> Expr:
     float epilogue (why_float is None)."""
     w = call.args[1]
     assert isinstance(w, Const)
-    grid = weight_grid(unpack_weight(w.data))
+    grid = _weight_grid(call)
     assert grid is not None
     ks, steps = grid
     ib, ob = w.type.shape[4], w.type.shape[5]
     name = call.name
     zero, lo, scale = plan.zero, plan.lo, plan.scale
-    as_u8 = stored
-    for move in reversed(plan.moves):
-        moved = TensorType(move.type.shape, "uint8")
-        as_u8 = Call(move.op, (as_u8, *move.args[1:]), move.attrs, moved, f"{move.name}.u8")
+    as_u8 = _moved(stored, plan)
     weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(ks, ib, ob))
     attrs = dict(call.attr_dict, x_zero=zero - lo)
     out = call.type
-    sums = Call(OP, (as_u8, weight), attrs_of(attrs), TensorType(out.shape, "int32"), name)
+    sums = Call(conv2d_int8.OP, (as_u8, weight), attrs_of(attrs), TensorType(out.shape, "int32"), name)
     offsets = (zero - lo) * ks.reshape(ks.shape[0], -1).astype(np.int64).sum(axis=1)
     centred = Call(
         "sub",
@@ -229,8 +243,41 @@ def as_integer_conv(call: Call, plan: QuantizedInput, stored: Expr) -> Expr:
     return Call("mul", (as_float, factor), (), out, f"{name}.scaled")
 
 
-def quantized_convs(graph: Graph, int8_dot: bool) -> Graph:
-    """Every blocked conv the rule admits on the integer kernel (none where `int8_dot` is False: the
+def _moved(stored: Expr, plan: QuantizedInput) -> Expr:
+    """The stored bytes moved as the dequantized input was on its way to the conv or matmul."""
+    for move in reversed(plan.moves):
+        stored = Call(
+            move.op,
+            (stored, *move.args[1:]),
+            move.attrs,
+            TensorType(move.type.shape, "uint8"),
+            f"{move.name}.u8",
+        )
+    return stored
+
+
+def as_integer_matmul(call: Call, plan: QuantizedInput, stored: Expr) -> Expr:
+    """matmul(dequantized a, w) as the integer matmul over `stored` and its float epilogue: per
+    column, the zero point times the column's weight sum subtracted, then the scales."""
+    w = call.args[1]
+    assert isinstance(w, Const)
+    grid = _weight_grid(call)
+    assert grid is not None
+    ks, steps = grid  # [N, K] and [N]
+    name, out = call.name, call.type
+    weight = Const(f"{w.name}.u8s8", pack_matmul_u8s8(np.ascontiguousarray(ks.T)))
+    sums = Call(matmul_int8.OP, (_moved(stored, plan), weight), (), TensorType(out.shape, "int32"), name)
+    offsets = (plan.zero - plan.lo) * ks.astype(np.int64).sum(axis=1)
+    centred = Call(
+        "sub", (sums, Const(f"{name}.offsets", offsets.astype(np.int32))), (), sums.type, f"{name}.centred"
+    )
+    as_float = Call("cast", (centred,), attrs_of({"to": "float32"}), out, f"{name}.float")
+    factor = Const(f"{name}.scales", (plan.scale * steps).astype(np.float32))
+    return Call("mul", (as_float, factor), (), out, f"{name}.scaled")
+
+
+def integer_kernels(graph: Graph, int8_dot: bool) -> Graph:
+    """Every blocked conv and matmul the rule admits on an integer kernel (none where `int8_dot` is False: the
     target lacks the instruction at the layout's vector width). Each quantized tensor such a conv
     reads is stored once as bytes: every other reader of its integers (a residual add's
     dequantization) reads them back from those bytes, so no float copy is written beside them."""
@@ -257,6 +304,7 @@ def quantized_convs(graph: Graph, int8_dot: bool) -> Graph:
         plan = plans.get(id(call))
         if plan is None:
             return None
-        return as_integer_conv(call, plan, stored[id(plan.clip)])
+        build = as_integer_matmul if call.op == "matmul" else as_integer_conv
+        return build(call, plan, stored[id(plan.clip)])
 
     return rewrite(graph, rule)
