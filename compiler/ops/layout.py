@@ -23,7 +23,7 @@ from compiler.ops.common import expect_args, fail
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
-from compiler.tir.ir import BinOp, Expr, FloatImm
+from compiler.tir.ir import BinOp, Expr
 
 PLANAR = "NCHW"
 _BLOCKED = re.compile(r"NCHW([1-9][0-9]*)c")
@@ -108,7 +108,7 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
             if x.shape[1] % dst == 0:
                 return x[n, channel, h, w]
             real = x[n, te.minimum(channel, te.idx(x.shape[1] - 1)), h, w]
-            return te.select(BinOp("<", channel, te.idx(x.shape[1])), real, FloatImm(0.0, x.dtype))
+            return te.select(BinOp("<", channel, te.idx(x.shape[1])), real, te.zero(x.dtype))
         n, c, h, w = ix
         return x[n, BinOp("//", c, te.idx(src)), h, w, BinOp("%", c, te.idx(src))]
 

@@ -137,9 +137,13 @@ def tensor_scope() -> Iterator[dict[Buffer, Tensor]]:
         _SCOPE.reset(token)
 
 
+def zero(dtype: str) -> Expr:
+    """0 of `dtype` (an integer constant for integer types: LLVM takes no float literal for them)."""
+    return FloatImm(0.0, dtype) if dtype.startswith("float") else IntImm(0, dtype)
+
+
 def reduce_sum(source: Expr, axes: Sequence[IterVar]) -> Reduce:
-    zero = FloatImm(0.0, source.dtype) if source.dtype.startswith("float") else IntImm(0, source.dtype)
-    return Reduce("sum", source, tuple(axes), zero)
+    return Reduce("sum", source, tuple(axes), zero(source.dtype))
 
 
 def reduce_prod(source: Expr, axes: Sequence[IterVar]) -> Reduce:

@@ -101,6 +101,7 @@ CASES = {
     "strided_1x1": {"c": 64, "oc": 40, "hw": 15, "k": 1, "stride": 2},
     "strided_3x3_odd": {"c": 16, "oc": 24, "hw": 9, "stride": 2},
     "wide_5x5": {"c": 48, "oc": 16, "hw": 7, "k": 5},
+    "padded_channels": {"c": 20, "oc": 36, "hw": 6},  # blocks padded with zeros, bytes as well
 }
 
 
