@@ -1,6 +1,7 @@
-"""Quantized convs on 8-bit integer kernels: a blocked conv whose input is a quantized tensor
-(DequantizeLinear of a QuantizeLinear) and whose weight lies on an 8-bit grid per output channel runs
-as conv2d_nchwc_u8s8 (compiler/ops/conv2d_int8.py) where the target sums u8 x s8 products in one
+"""Quantized convs and matmuls on 8-bit integer kernels: a blocked conv (or a matmul with a constant
+weight) whose input is a quantized tensor (DequantizeLinear of a QuantizeLinear) and whose weight lies
+on an 8-bit grid per output channel (per column) runs as conv2d_nchwc_u8s8 (matmul_u8s8,
+compiler/ops/conv2d_int8.py and matmul_int8.py) where the target sums u8 x s8 products in one
 instruction (VNNI, Target.dot_lanes).
 
 A QDQ model (onnxruntime's static quantization) reaches this pass as float arithmetic: the frontend
@@ -15,16 +16,16 @@ by 128, its zero point with it) and sum k, over a channel's weights, is a consta
 the integers uint8 (a cast after the clip, which the producing kernel's epilogue stores: a quarter
 of the bytes), the conv the integer conv padded with z (the integer that stands for 0), and the
 rest the float epilogue (z * sum k subtracted in int32, then the scale) that fuses into the
-kernel with the conv's own epilogue. The products are exact where the float conv rounds, so the
-result is the quantized model's arithmetic as onnxruntime's int8 kernels compute it.
+kernel with the conv's own epilogue. The products are exact where the float conv rounds them.
 
-`why_float` gives the reason a conv stays float: not on such a target, its input not a quantized
-tensor (or quantized per channel), its weight not on an 8-bit grid, a grouped conv, an input block
-not a multiple of four channels.
+`why_float` gives the reason a conv or matmul stays float: not on such a target, its input not a
+quantized tensor (or quantized per channel), its weight not a constant on an 8-bit grid, a grouped
+conv, an input block (a reduction) not a multiple of four.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,7 +92,7 @@ def _dequantized(x: Expr) -> tuple[Call, float, int, int] | str:
     inner, scale = x.args[0], _scalar(x.args[1])
     if scale is None:
         inner, scale = x.args[1], _scalar(x.args[0])
-    if scale is None or scale <= 0:
+    if scale is None or not 0 < scale < math.inf:
         return "its input's dequantization scale is not one positive constant (per channel?)"
     zero = 0.0
     if isinstance(inner, Call) and inner.op == "sub":
@@ -122,6 +123,8 @@ def weight_grid(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     8-bit grid per output channel; None when it is not. Of the steps that fit, the finest is taken
     (the largest |k|: 127, then 128, then fewer); any exact split gives the same products."""
     flat = w.reshape(w.shape[0], -1).astype(np.float64)
+    if not np.isfinite(flat).all():
+        return None
     peak = np.abs(flat).max(axis=1)
     steps = np.zeros(len(flat))
     ks = np.zeros(flat.shape, np.int8)

@@ -345,6 +345,9 @@ def test_weights_on_a_per_channel_grid_are_found_and_others_are_not() -> None:
     assert k.dtype == np.int8 and step[2] == 0
     np.testing.assert_allclose(k * step[:, None, None, None], w, rtol=1e-5, atol=1e-9)
     assert weight_grid(rng.standard_normal((4, 3, 3, 3)).astype(np.float32)) is None
+    broken = w.copy()
+    broken[2, 0, 0, 0] = np.nan  # a NaN in an otherwise empty channel is not an empty channel
+    assert weight_grid(broken) is None
 
 
 def test_packed_weights_round_trip_and_the_op_checks_its_operands() -> None:
