@@ -144,9 +144,19 @@ def weight_grid(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return ks.reshape(w.shape), steps
 
 
-def why_float(call: Call, x: Expr, int8_dot: bool) -> str | None:
-    """None when this blocked conv or matmul (reading `x`) runs on an 8-bit integer kernel, else why
-    it stays float."""
+@dataclass(frozen=True)
+class IntegerPlan:
+    """What an admitted conv or matmul runs on: its quantized input, and its weight's integers k and
+    steps per output channel (per column), w = k * step."""
+
+    input: QuantizedInput
+    ks: np.ndarray  # int8, output channels (columns) first
+    steps: np.ndarray
+
+
+def plan_for(call: Call, x: Expr, int8_dot: bool) -> IntegerPlan | str:
+    """The integer kernel's plan for this blocked conv or matmul (reading `x`), else why it stays
+    float."""
     if call.op not in REWRITES:
         return "not a blocked conv2d or a matmul"
     if not int8_dot:
@@ -168,23 +178,18 @@ def why_float(call: Call, x: Expr, int8_dot: bool) -> str | None:
     found = quantized_input(x)
     if isinstance(found, str):
         return found
-    if _weight_grid(call) is None:
+    grid = weight_grid(w.data.T if call.op == "matmul" else unpack_weight(w.data))
+    if grid is None:
         what = "column" if call.op == "matmul" else "output channel"
         return f"its weight is not on an 8-bit grid per {what}"
-    return None
+    return IntegerPlan(found, *grid)
 
 
-def _weight_grid(call: Call) -> tuple[np.ndarray, np.ndarray] | None:
-    """weight_grid of a conv's weight (per output channel) or a matmul's (per column: its rows)."""
-    w = call.args[1]
-    assert isinstance(w, Const)
-    return weight_grid(w.data.T if call.op == "matmul" else unpack_weight(w.data))
-
-
-def _per_lane(values: np.ndarray, out: TensorType, dtype: str) -> np.ndarray:
-    """Per output channel values as a [1, OC/ob, 1, 1, ob] constant of the blocked output."""
-    _, ocb, _, _, ob = out.shape
-    return values.astype(dtype).reshape(1, ocb, 1, 1, ob)
+def why_float(call: Call, x: Expr, int8_dot: bool) -> str | None:
+    """None when this blocked conv or matmul (reading `x`) runs on an 8-bit integer kernel, else why
+    it stays float."""
+    plan = plan_for(call, x, int8_dot)
+    return plan if isinstance(plan, str) else None
 
 
 def as_bytes(clip: Call, lo: int) -> Call:
@@ -217,97 +222,71 @@ def from_bytes(stored: Call, lo: int, like: Call) -> Expr:
     return back
 
 
-def as_integer_conv(call: Call, plan: QuantizedInput, stored: Expr) -> Expr:
-    """conv2d_nchwc(dequantized x, w) as the integer conv over `stored` (x's integers as uint8) and its
-    float epilogue (why_float is None)."""
-    w = call.args[1]
-    assert isinstance(w, Const)
-    grid = _weight_grid(call)
-    assert grid is not None
-    ks, steps = grid
-    ib, ob = w.type.shape[4], w.type.shape[5]
-    name = call.name
-    zero, lo, scale = plan.zero, plan.lo, plan.scale
-    as_u8 = _moved(stored, plan)
-    weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(ks, ib, ob))
-    attrs = dict(call.attr_dict, x_zero=zero - lo)
-    out = call.type
-    sums = Call(conv2d_int8.OP, (as_u8, weight), attrs_of(attrs), TensorType(out.shape, "int32"), name)
-    offsets = (zero - lo) * ks.reshape(ks.shape[0], -1).astype(np.int64).sum(axis=1)
-    centred = Call(
-        "sub",
-        (sums, Const(f"{name}.offsets", _per_lane(offsets, out, "int32"))),
-        (),
-        sums.type,
-        f"{name}.centred",
-    )
-    as_float = Call("cast", (centred,), attrs_of({"to": "float32"}), out, f"{name}.float")
-    factor = Const(f"{name}.scales", _per_lane(scale * steps, out, "float32"))
-    return Call("mul", (as_float, factor), (), out, f"{name}.scaled")
-
-
 def _moved(stored: Expr, plan: QuantizedInput) -> Expr:
     """The stored bytes moved as the dequantized input was on its way to the conv or matmul."""
     for move in reversed(plan.moves):
-        stored = Call(
-            move.op,
-            (stored, *move.args[1:]),
-            move.attrs,
-            TensorType(move.type.shape, "uint8"),
-            f"{move.name}.u8",
-        )
+        moved = TensorType(move.type.shape, "uint8")
+        stored = Call(move.op, (stored, *move.args[1:]), move.attrs, moved, f"{move.name}.u8")
     return stored
 
 
-def as_integer_matmul(call: Call, plan: QuantizedInput, stored: Expr) -> Expr:
-    """matmul(dequantized a, w) as the integer matmul over `stored` and its float epilogue: per
-    column, the zero point times the column's weight sum subtracted, then the scales."""
-    w = call.args[1]
-    assert isinstance(w, Const)
-    grid = _weight_grid(call)
-    assert grid is not None
-    ks, steps = grid  # [N, K] and [N]
-    name, out = call.name, call.type
-    weight = Const(f"{w.name}.u8s8", pack_matmul_u8s8(np.ascontiguousarray(ks.T)))
-    sums = Call(matmul_int8.OP, (_moved(stored, plan), weight), (), TensorType(out.shape, "int32"), name)
-    offsets = (plan.zero - plan.lo) * ks.astype(np.int64).sum(axis=1)
-    centred = Call(
-        "sub", (sums, Const(f"{name}.offsets", offsets.astype(np.int32))), (), sums.type, f"{name}.centred"
-    )
+def _scaled(sums: Call, plan: IntegerPlan, out: TensorType, shape: tuple[int, ...]) -> Expr:
+    """The float result of integer sums: per output channel (`shape`: how its constants broadcast),
+    the zero point times the channel's weight sum subtracted in int32, then the two scales."""
+    name, q = sums.name, plan.input
+    offsets = (q.zero - q.lo) * plan.ks.reshape(len(plan.ks), -1).astype(np.int64).sum(axis=1)
+    offset = Const(f"{name}.offsets", offsets.astype(np.int32).reshape(shape))
+    centred = Call("sub", (sums, offset), (), sums.type, f"{name}.centred")
     as_float = Call("cast", (centred,), attrs_of({"to": "float32"}), out, f"{name}.float")
-    factor = Const(f"{name}.scales", (plan.scale * steps).astype(np.float32))
+    factor = Const(f"{name}.scales", (q.scale * plan.steps).astype(np.float32).reshape(shape))
     return Call("mul", (as_float, factor), (), out, f"{name}.scaled")
 
 
+def as_integer_conv(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
+    """conv2d_nchwc(dequantized x, w) as the integer conv over `stored` (x's integers as uint8) and its
+    float epilogue."""
+    w = call.args[1]
+    ocb, ib, ob = w.type.shape[0], w.type.shape[4], w.type.shape[5]
+    weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(plan.ks, ib, ob))
+    attrs = attrs_of(dict(call.attr_dict, x_zero=plan.input.zero - plan.input.lo))
+    x = _moved(stored, plan.input)
+    sums = Call(conv2d_int8.OP, (x, weight), attrs, TensorType(call.type.shape, "int32"), call.name)
+    return _scaled(sums, plan, call.type, (1, ocb, 1, 1, ob))
+
+
+def as_integer_matmul(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
+    """matmul(dequantized a, w) as the integer matmul over `stored` and its float epilogue (per column)."""
+    w = call.args[1]
+    weight = Const(f"{w.name}.u8s8", pack_matmul_u8s8(np.ascontiguousarray(plan.ks.T)))
+    x = _moved(stored, plan.input)
+    sums = Call(matmul_int8.OP, (x, weight), (), TensorType(call.type.shape, "int32"), call.name)
+    return _scaled(sums, plan, call.type, (len(plan.ks),))
+
+
 def integer_kernels(graph: Graph, int8_dot: bool) -> Graph:
-    """Every blocked conv and matmul the rule admits on an integer kernel (none where `int8_dot` is False: the
-    target lacks the instruction at the layout's vector width). Each quantized tensor such a conv
-    reads is stored once as bytes: every other reader of its integers (a residual add's
+    """Every blocked conv and matmul the rule admits on an integer kernel (none where `int8_dot` is
+    False: the target lacks the instruction at the layout's vector width). Each quantized tensor such
+    a kernel reads is stored once as bytes: every other reader of its integers (a residual add's
     dequantization) reads them back from those bytes, so no float copy is written beside them."""
     if not int8_dot:
         return graph
-    plans: dict[int, QuantizedInput] = {}
+    plans: dict[int, IntegerPlan] = {}
     for call in graph.calls():
-        if why_float(call, call.args[0], int8_dot) is None:
-            plan = quantized_input(call.args[0])
-            assert not isinstance(plan, str)
+        plan = plan_for(call, call.args[0], int8_dot)
+        if not isinstance(plan, str):
             plans[id(call)] = plan
-    lows = {id(plan.clip): plan.lo for plan in plans.values()}
+    lows = {id(plan.input.clip): plan.input.lo for plan in plans.values()}
     stored: dict[int, Call] = {}  # clip -> its bytes
 
     def rule(call: Call, args: tuple[Expr, ...]) -> Expr | None:
         if id(call) in lows:
-            clip = (
-                call
-                if all(a is b for a, b in zip(args, call.args, strict=True))
-                else Call(call.op, args, call.attrs, call.type, call.name)
-            )
+            clip = Call(call.op, args, call.attrs, call.type, call.name)
             stored[id(call)] = as_bytes(clip, lows[id(call)])
             return from_bytes(stored[id(call)], lows[id(call)], clip)
         plan = plans.get(id(call))
         if plan is None:
             return None
         build = as_integer_matmul if call.op == "matmul" else as_integer_conv
-        return build(call, plan, stored[id(plan.clip)])
+        return build(call, plan, stored[id(plan.input.clip)])
 
     return rewrite(graph, rule)
