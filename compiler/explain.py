@@ -253,7 +253,7 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
                 out.setdefault(call.name, []).append(f"alter_layout: {verdict}")
     if "quantized_kernels" in by_pass:
         before = fr.after_pass[names.index("quantized_kernels") - 1][1]
-        dot = block in fr.target.dot_lanes
+        dot = fr.target.dot_instructions.get(block)
         for call in before.calls():
             if call.op in QUANTIZED_REWRITES and not isinstance(quantized_input(call.args[0]), str):
                 reason = why_float(call, call.args[0], dot)

@@ -226,7 +226,7 @@ def _run_graph_passes(b: Build, direct_convs: frozenset[str], winograd_convs: fr
         direct_convs=direct_convs,
         winograd_convs=winograd_convs,
         winograd_bar=flops_bar(b.target),
-        int8_dot=b.target.lanes("float32") in b.target.dot_lanes,
+        dot_instruction=b.target.dot_instructions.get(b.target.lanes("float32")),
     )
     for name, fn in graph_passes(b.options.opt_level):
         if name not in b.options.disabled_passes:

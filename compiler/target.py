@@ -132,20 +132,31 @@ class Target:
         return 2 if self._server_core else 1
 
     @property
-    def dot_lanes(self) -> frozenset[int]:
-        """The int32 lane counts (16: 512-bit, 8: 256-bit) of an instruction summing four u8 x s8
-        products into each lane (VNNI's vpdpbusd): what an 8-bit integer conv needs to outrun float32.
-        A named CPU without a feature list is taken to have none (its code must run on any CPU of
-        that name as LLVM defines it)."""
-        have = set(self.enabled_features)
-        lanes: set[int] = set()
-        if "+avx512vnni" in have:
-            lanes.add(16)
-            if "+avx512vl" in have:
-                lanes.add(8)
-        if "+avxvnni" in have:
-            lanes.add(8)
-        return frozenset(lanes)
+    def dot_instructions(self) -> dict[int, str]:
+        """By int32 lane count (16: 512-bit, 8: 256-bit, 4: 128-bit), the instruction an 8-bit integer
+        conv's step of four u8 x s8 products takes, each faster than float32's FMAs at that width:
+        - vpdpbusd (VNNI): the four products summed into each lane, exact;
+        - vpmaddubsw (AVX2, AVX-512 BW, SSSE3): pairs of products summed in int16 with saturation,
+          exact only for weights whose pairs cannot saturate (DOT4_PAIRS_FIT; 7-bit weights always).
+        (Exact 16-bit products, vpmaddwd, take as many instructions as float32's FMAs.) A named CPU
+        without a feature list counts with the features its name implies, so never VNNI (its code
+        must run on any CPU of that name as LLVM defines it)."""
+        if not self.triple.startswith(("x86_64", "i686", "i386")):
+            return {}
+        have = set(_NAMED_FEATURES[self.vector_bits])
+        if self.features:
+            have = {f[1:] for f in self.enabled_features}
+        found: dict[int, str] = {}
+        if "avx512vnni" in have:
+            found[16] = "vpdpbusd"
+            if "avx512vl" in have:
+                found[8] = "vpdpbusd"
+        if "avxvnni" in have:
+            found[8] = "vpdpbusd"
+        for lanes, feature in ((16, "avx512bw"), (8, "avx2"), (4, "ssse3")):
+            if feature in have:
+                found.setdefault(lanes, "vpmaddubsw")
+        return found
 
     @property
     def _server_core(self) -> bool:

@@ -116,7 +116,7 @@ class CodeLibrary:
         k = min(range(len(self.parts)), key=self._instructions.__getitem__)
         module = self.parts[k]
         before = len(module.globals)
-        emit_kernel(module, func, symbol, stream, self.target.dot_lanes)
+        emit_kernel(module, func, symbol, stream, self.target.dot_instructions)
         added = list(module.globals.values())[before:]
         self._instructions[k] += sum(
             len(block.instructions) for g in added if isinstance(g, ir.Function) for block in g.blocks

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -61,7 +61,8 @@ from compiler.errors import CodegenError
 from compiler.runtime.errors import OUT_OF_MEMORY
 from compiler.tir.flatten import free_vars
 from compiler.tir.ir import (
-    DOT4,
+    DOT4_NAMES,
+    DOT4_PAIRS_FIT,
     Allocate,
     BinOp,
     Buffer,
@@ -165,12 +166,12 @@ class KernelEmitter:
         func: PrimFunc,
         symbol: str,
         stream: str | None = None,
-        dot_lanes: frozenset[int] = frozenset(),
+        dot_instructions: Mapping[int, str] | None = None,
     ) -> None:
         self.module = module
-        # lane counts at which the target sums four u8 x s8 products per int32 lane in one
-        # instruction (Target.dot_lanes); other widths take the exact generic expansion
-        self.dot_lanes = dot_lanes
+        # by lane count, the target's instruction summing u8 x s8 products exactly into int32 lanes
+        # (Target.dot_instructions); other widths take the exact generic expansion
+        self.dot_instructions = dict(dot_instructions or {})
         self.func = func
         self.symbol = symbol
         self._outlined = 0
@@ -469,7 +470,7 @@ class KernelEmitter:
 
     def _binop(self, ctx: _Ctx, e: BinOp) -> ir.Value:
         b = ctx.builder
-        if e.op == "+" and isinstance(e.b, Call) and e.b.name == DOT4:
+        if e.op == "+" and isinstance(e.b, Call) and e.b.name in DOT4_NAMES:
             return self._dot4(ctx, e.b, self._expr(ctx, e.a))
         if e.op in ("and", "or"):
             x, y = self._match(ctx, self._expr(ctx, e.a), self._expr(ctx, e.b))
@@ -558,11 +559,23 @@ class KernelEmitter:
         **{f: f"{f}f" for f in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
     }
 
+    # by int32 lane count: vpmaddubsw (u8 x s8 pairs summed into int16) and vpmaddwd (int16 pairs
+    # summed into int32), the two steps of DOT4 without VNNI
+    _PMADDUBSW = {
+        4: "llvm.x86.ssse3.pmadd.ub.sw.128",
+        8: "llvm.x86.avx2.pmadd.ub.sw",
+        16: "llvm.x86.avx512.pmaddubs.w.512",
+    }
+    _PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}
+
     def _dot4(self, ctx: _Ctx, e: Call, acc: ir.Value | None = None) -> ir.Value:
         """DOT4(x0, x1, x2, x3, w): the four uint8 x_k times the four signed bytes of int32 w (byte
-        k, little-endian), summed, plus `acc`. Where the target has the instruction at this width
-        (dot_lanes) it is one vpdpbusd over the x_k packed into an int32 (adjacent byte loads, which
-        LLVM merges into one); elsewhere the products are spelled out, exact in int32 either way."""
+        k, little-endian), summed, plus `acc`; exact in int32 whichever way it is computed:
+        - vpdpbusd (VNNI): one instruction over the x_k packed into an int32 (adjacent byte loads,
+          which LLVM merges into one);
+        - vpmaddubsw, then vpmaddwd by ones (AVX2, AVX-512 BW): only for DOT4_PAIRS_FIT, whose weight
+          pairs keep their int16 sums from saturating;
+        - elsewhere (scalars, other widths) the products are spelled out."""
         b = ctx.builder
         args = [self._expr(ctx, a) for a in e.args]
         vectors = [a for a in [*args, acc] if a is not None and isinstance(a.type, ir.VectorType)]
@@ -582,23 +595,33 @@ class KernelEmitter:
             for x in args[:4]
         ]
         w = full(args[4])
-        if lanes in self.dot_lanes:
-            packed = full(xs[0])
-            for k in range(1, 4):
-                packed = b.or_(packed, b.shl(full(xs[k]), const(8 * k)))
+        instruction = self.dot_instructions.get(lanes)
+        if instruction == "vpmaddubsw" and e.name != DOT4_PAIRS_FIT:
+            instruction = None  # its pairs could saturate
+        if instruction is None:
+            total = full(acc) if acc is not None else None
+            for k in range(4):
+                wk = b.ashr(b.shl(w, const(24 - 8 * k)), const(24))
+                term = b.mul(full(xs[k]), wk)
+                total = term if total is None else b.add(total, term)
+            assert total is not None
+            return total
+        packed = full(xs[0])
+        for k in range(1, 4):
+            packed = b.or_(packed, b.shl(full(xs[k]), const(8 * k)))
+        total = full(acc) if acc is not None else const(0)
+        if instruction == "vpdpbusd":
             fn = self._extern(f"llvm.x86.avx512.vpdpbusd.{32 * lanes}", i32, [i32, i32, i32])
-            return b.call(fn, [full(acc) if acc is not None else const(0), full(packed), w])
-        total = full(acc) if acc is not None else None
-        for k in range(4):
-            wk = b.ashr(b.shl(w, const(24 - 8 * k)), const(24))
-            term = b.mul(full(xs[k]), wk)
-            total = term if total is None else b.add(total, term)
-        assert total is not None
-        return total
+            return b.call(fn, [total, packed, w])
+        octets, halves = ir.VectorType(I8, 4 * lanes), ir.VectorType(ir.IntType(16), 2 * lanes)
+        pairs_fn = self._extern(self._PMADDUBSW[lanes], halves, [octets, octets])
+        pairs = b.call(pairs_fn, [b.bitcast(packed, octets), b.bitcast(w, octets)])
+        widen = self._extern(self._PMADDWD[lanes], i32, [halves, halves])
+        return b.add(total, b.call(widen, [pairs, ir.Constant(halves, [1] * 2 * lanes)]))
 
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
         b = ctx.builder
-        if e.name == DOT4:
+        if e.name in DOT4_NAMES:
             return self._dot4(ctx, e)
         args = [self._expr(ctx, a) for a in e.args]
         if len(args) == 2:
@@ -1068,12 +1091,12 @@ def emit_kernel(
     func: PrimFunc,
     symbol: str,
     stream: str | None = None,
-    dot_lanes: frozenset[int] = frozenset(),
+    dot_instructions: Mapping[int, str] | None = None,
 ) -> ir.Function:
     """The kernel `func` as the C-ABI function `symbol`; `stream` names the constant parameter it
-    prefetches ahead of its reads (compiler/codegen/stream.py), if any; `dot_lanes` are the target's
-    u8 x s8 dot-product widths (Target.dot_lanes)."""
-    return KernelEmitter(module, func, symbol, stream, dot_lanes).emit()
+    prefetches ahead of its reads (compiler/codegen/stream.py), if any; `dot_instructions` are the target's
+    u8 x s8 dot-product instructions by width (Target.dot_instructions)."""
+    return KernelEmitter(module, func, symbol, stream, dot_instructions).emit()
 
 
 def emit_alias(module: ir.Module, symbol: str, of: str) -> ir.Function:

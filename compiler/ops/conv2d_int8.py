@@ -3,12 +3,15 @@
 Input x is uint8 [N, C/ib, H, W, ib] (ib a multiple of 4); the weight is int8 packed four input
 channels to an int32, [OC/ob, C/ib, KH, KW, ib/4, ob] (pack_weight_u8s8); the output is the exact
 int32 sums [N, OC/ob, OH, OW, ob]. Attributes as conv2d_nchwc (strides, pads, dilations, groups = 1)
-and x_zero: the uint8 value the padding holds (a quantized input's zero point, which stands for 0).
+and x_zero: the uint8 value the padding holds (a quantized input's zero point, which stands for 0);
+optional pairs_fit (0 or 1): the weights' pairs keep their int16 sums from saturating (weight_pairs_fit),
+so that targets without VNNI take vpmaddubsw (DOT4_PAIRS_FIT).
 
 Why: a quantized model's convs multiply 8-bit integers. VNNI's vpdpbusd sums four u8 x s8 products
 into each int32 lane in one instruction, four times the multiply-adds of a float32 FMA of the same
-width. The loop nest is conv2d_nchwc's, with a step of four input channels (DOT4) in place of one,
-so the blocked conv's schedule rules and tuning decisions apply unchanged (see
+width; without VNNI, vpmaddubsw and vpmaddwd do it in two, for weights whose pairs fit in int16.
+The loop nest is conv2d_nchwc's, with a step of four input channels (DOT4) in place of one, so the
+blocked conv's schedule rules and tuning decisions apply unchanged (see
 compiler/graph/passes/quantized_kernels.py for where the graph gets these convs, and the float
 arithmetic of its epilogue).
 """
@@ -31,6 +34,28 @@ from compiler.tir.ir import Expr, dot4
 
 OP = "conv2d_nchwc_u8s8"
 DOT = 4  # input channels per packed weight (one DOT4 step)
+PAIRS_FIT = "pairs_fit"  # the attribute: DOT4_PAIRS_FIT's promise holds for the weight
+_INT16 = (-(1 << 15), (1 << 15) - 1)
+
+
+def weight_pairs_fit(k: np.ndarray, x_max: int) -> bool:
+    """Whether every pair of int8 weights one vpmaddubsw step sums (`k`'s last axis, of even length:
+    the reduction, paired 2m and 2m + 1 as the packing places them) keeps x * k[2m] + y * k[2m + 1]
+    within int16 for all x, y in 0..x_max (its largest sums: all the pair's positive weights, or all
+    its negative ones, times x_max)."""
+    pairs = np.pad(k.astype(np.int64), [(0, 0)] * (k.ndim - 1) + [(0, k.shape[-1] % 2)])
+    pairs = pairs.reshape(*pairs.shape[:-1], -1, 2)
+    high = x_max * np.clip(pairs, 0, None).sum(axis=-1)
+    low = x_max * np.clip(pairs, None, 0).sum(axis=-1)
+    return not pairs.size or bool(high.max() <= _INT16[1] and low.min() >= _INT16[0])
+
+
+def pairs_fit_attr(attrs: dict[str, Any]) -> bool:
+    """The op's optional pairs_fit attribute (0 or 1)."""
+    value = attrs.get(PAIRS_FIT, 0)
+    if value not in (0, 1):
+        raise fail(f"{PAIRS_FIT} must be 0 or 1, got {value!r}")
+    return bool(value)
 
 
 def pack_weight_u8s8(w: np.ndarray, in_block: int, out_block: int) -> np.ndarray:
@@ -64,6 +89,7 @@ def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
     zero = int_attr(attrs, "x_zero")
     if not 0 <= zero <= 255:
         raise fail(f"{OP}'s x_zero must be a uint8 value, got {zero}")
+    pairs_fit_attr(attrs)
     if x.ndim != 5 or w.ndim != 6:
         raise fail(f"{OP} needs a 5-D input and a 6-D weight, got {list(x.shape)} and {list(w.shape)}")
     n, icb, _, _, ib = x.shape
@@ -107,12 +133,14 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
         h = te.add(te.mul(oh, te.idx(sh)), te.mul(ry.var, te.idx(dh)))
         col = te.add(te.mul(ow, te.idx(sw)), te.mul(rx.var, te.idx(dw)))
         lanes = [xp[n, rcb.var, h, col, te.add(te.mul(rq.var, te.idx(DOT)), te.idx(k))] for k in range(DOT)]
-        return te.reduce_sum(dot4(lanes, w[ocb, rcb.var, ry.var, rx.var, rq.var, oc]), [rcb, ry, rx, rq])
+        step = dot4(lanes, w[ocb, rcb.var, ry.var, rx.var, rq.var, oc], pairs_fit_attr(attrs))
+        return te.reduce_sum(step, [rcb, ry, rx, rq])
 
     # the iteration space and its names are conv2d_nchwc's: its schedule (block_tile) applies as is
     axes = ["n", "ocb", "oh", "ow", "oc"]
     return te.compute(out.shape, dense, name, tag="anchor_nchwc_u8s8", axis_names=axes, dtype="int32")
 
 
-# conv2d_nchwc_u8s8(x uint8 blocked, packed int8 weight), attrs: strides, pads, dilations, groups, x_zero
+# conv2d_nchwc_u8s8(x uint8 blocked, packed int8 weight), attrs: strides, pads, dilations, groups, x_zero,
+# pairs_fit (optional)
 register(OpDef(OP, Pattern.ANCHOR, _infer, _reference, compute=_compute, schedule=_schedule))

@@ -1,7 +1,8 @@
 """matmul_u8s8(a, w): an 8-bit integer matmul, exact int32 sums.
 
 a is uint8 [..., M, K] (K a multiple of 4); w is a constant int8 weight [K, N] packed four rows to an
-int32, [K/4, N] (pack_matmul_u8s8); the output is int32 [..., M, N].
+int32, [K/4, N] (pack_matmul_u8s8); the output is int32 [..., M, N]. Optional attribute pairs_fit,
+as conv2d_nchwc_u8s8's.
 
 Why: the quantized dense layers of a QDQ model (a classifier's head, a transformer's projections)
 multiply 8-bit integers; VNNI sums four u8 x s8 products per int32 lane in one instruction. The loop
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from compiler.ops.common import expect_args, expect_dtype, fail
-from compiler.ops.conv2d_int8 import DOT
+from compiler.ops.conv2d_int8 import DOT, pairs_fit_attr
 from compiler.ops.matmul import _matmul_schedule
 from compiler.ops.registry import OpDef, Pattern, register
 from compiler.tensor_type import TensorType
@@ -56,6 +57,7 @@ def _infer(types: Sequence[TensorType], attrs: dict[str, Any]) -> TensorType:
             f"{OP}: input {list(a.shape)} and packed weight {list(w.shape)} do not match (the input's "
             f"last axis must be {DOT} times the weight's packed rows)"
         )
+    pairs_fit_attr(attrs)
     return TensorType((*a.shape[:-2], a.shape[-2], w.shape[1]), "int32")
 
 
@@ -75,12 +77,12 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
         batch, i, j = ix[:nb], ix[nb], ix[nb + 1]
         lead = [*te.broadcast_indices(out.shape[:nb], a.shape[:-2], batch), i]
         lanes = [a[[*lead, te.add(te.mul(q.var, te.idx(DOT)), te.idx(k))]] for k in range(DOT)]
-        return te.reduce_sum(dot4(lanes, w[q.var, j]), [q])
+        return te.reduce_sum(dot4(lanes, w[q.var, j], pairs_fit_attr(attrs)), [q])
 
     names = [f"b{d}" for d in range(nb)] + ["i", "j"]
     # matmul's iteration space and names: its schedule applies as is
     return te.compute(out.shape, body, name, tag="anchor", axis_names=names, dtype="int32")
 
 
-# matmul_u8s8(a uint8, packed int8 weight): no attributes
+# matmul_u8s8(a uint8, packed int8 weight), attrs: pairs_fit (optional)
 register(OpDef(OP, Pattern.ANCHOR, _infer, _reference, compute=_compute, schedule=_matmul_schedule))

@@ -68,12 +68,17 @@ class Call:
 # int8 weights packed little-endian), exact in int32: the step of an 8-bit integer conv, which the
 # code generator makes one VNNI instruction where the target has it
 DOT4 = "dot4_u8s8"
+# the same sum, with the promise that each pair of weights (bytes 0 and 1, bytes 2 and 3) keeps its
+# two products within int16 for any uint8 x: what vpmaddubsw (AVX2's u8 x s8 pairs, summed in int16
+# with saturation) computes exactly
+DOT4_PAIRS_FIT = "dot4_u8s8_pairs_fit"
+DOT4_NAMES = (DOT4, DOT4_PAIRS_FIT)
 
 
-def dot4(xs: Sequence[Expr], w: Expr) -> Call:
+def dot4(xs: Sequence[Expr], w: Expr, pairs_fit: bool = False) -> Call:
     if len(xs) != 4 or any(x.dtype != "uint8" for x in xs) or w.dtype != "int32":
         raise ValueError(f"{DOT4} takes four uint8 values and an int32 of four packed int8 weights")
-    return Call(DOT4, (*xs, w), "int32")
+    return Call(DOT4_PAIRS_FIT if pairs_fit else DOT4, (*xs, w), "int32")
 
 
 @dataclass(frozen=True, slots=True)

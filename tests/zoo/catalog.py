@@ -18,6 +18,8 @@ from tests.models.fetch import REAL_MODELS, RealModel
 TORCHSCRIPT, DYNAMO, SHIPPED = "torchscript", "dynamo", "shipped"
 QUANTIZED = "_qdq"
 """The suffix of a network exported quantized (onnxruntime's static quantization of its float export)."""
+QUANTIZED_7BIT = "_qdq7"
+"""The same with 7-bit weights (reduce_range, as onnxruntime advises for CPUs without VNNI)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,8 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
     ("resnet18_qdq", TORCHSCRIPT, 17, False, True),
     ("resnet50_qdq", TORCHSCRIPT, 17, False, False),
     ("mobilenet_v2_qdq", TORCHSCRIPT, 17, False, False),
+    ("resnet18_qdq7", TORCHSCRIPT, 17, False, False),
+    ("resnet50_qdq7", TORCHSCRIPT, 17, False, False),
     ("mobilenet_v3_small_fp16", TORCHSCRIPT, 17, False, False),
     ("clip_vision", DYNAMO, 18, False, True),
     ("vit_hf", DYNAMO, 18, True, False),
@@ -122,7 +126,7 @@ _VARIANTS: list[tuple[str, str, int, bool, bool]] = [
 
 
 def _generated(network: str, exporter: str, opset: int, dynamic: bool, ci: bool) -> ZooModel:
-    base = network.removesuffix("_fp16").removesuffix(QUANTIZED)
+    base = network.removesuffix("_fp16").removesuffix(QUANTIZED_7BIT).removesuffix(QUANTIZED)
     source = "torchvision" if base in _TORCHVISION else "torch.nn" if base in _RECURRENT else "transformers"
     tag = f"{'ts' if exporter == TORCHSCRIPT else 'dy'}{opset}{'-dyn' if dynamic else ''}"
     return ZooModel(f"{network}.{tag}", source, network, exporter, opset, dynamic, ci)

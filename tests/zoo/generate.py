@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.zoo.catalog import DYNAMO, QUANTIZED, ZOO, ZooModel
+from tests.zoo.catalog import DYNAMO, QUANTIZED, QUANTIZED_7BIT, ZOO, ZooModel
 
 CACHE = Path(__file__).resolve().parents[2] / ".cache" / "zoo"
 SEED = 0
@@ -81,15 +81,16 @@ def export(entry: ZooModel) -> tuple[bytes, dict[str, np.ndarray]]:
         feeds = network.test_inputs
     else:
         feeds = {name: tensor.numpy() for name, tensor in network.inputs.items()}
-    if entry.network.endswith(QUANTIZED):
-        return quantize(buffer.getvalue(), feeds), feeds
+    if entry.network.endswith((QUANTIZED, QUANTIZED_7BIT)):
+        return quantize(buffer.getvalue(), feeds, entry.network.endswith(QUANTIZED_7BIT)), feeds
     return buffer.getvalue(), feeds
 
 
-def quantize(model: bytes, feeds: dict[str, np.ndarray]) -> bytes:
+def quantize(model: bytes, feeds: dict[str, np.ndarray], reduce_range: bool = False) -> bytes:
     """The model quantized by onnxruntime's static quantization as its documentation shows it
     (pre-processed, QDQ format, uint8 activations, int8 weights per channel), calibrated on random
-    batches shaped like `feeds` (their integer inputs, token ids, kept)."""
+    batches shaped like `feeds` (their integer inputs, token ids, kept); with `reduce_range`, 7-bit
+    weights, as onnxruntime advises for CPUs without VNNI."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -120,6 +121,7 @@ def quantize(model: bytes, feeds: dict[str, np.ndarray]) -> bytes:
             per_channel=True,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,
         )
         return quantized.read_bytes()
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tests.zoo.catalog import QUANTIZED
+from tests.zoo.catalog import QUANTIZED, QUANTIZED_7BIT
 
 
 @dataclass(frozen=True)
@@ -458,6 +458,7 @@ def builders() -> dict[str, Callable[[int], Network]]:
         **everything,
         **{f"{name}_fp16": _half(everything[name]) for name in FLOAT16},
         **{f"{name}{QUANTIZED}": everything[name] for name in QDQ},
+        **{f"{name}{QUANTIZED_7BIT}": everything[name] for name in QDQ},
     }
 
 
@@ -467,4 +468,5 @@ LayerNormalization, which onnxruntime refuses)."""
 
 QDQ = ("resnet18", "resnet50", "mobilenet_v2")
 """Networks also exported quantized: onnxruntime's static quantization (its default QDQ format, uint8
-activations, int8 weights per output channel) calibrated on random batches, as users quantize."""
+activations, int8 weights per output channel) calibrated on random batches, as users quantize; and
+with 7-bit weights (onnxruntime's reduce_range), as it advises for CPUs without VNNI."""

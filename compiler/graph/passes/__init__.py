@@ -44,9 +44,9 @@ class PassContext:
     winograd_convs: frozenset[str] = frozenset()
     # FLOPs Winograd must save per weight byte it adds on the target (conv_algorithm.flops_bar)
     winograd_bar: float = MIN_FLOPS_SAVED_PER_BYTE
-    # whether the target sums u8 x s8 products in one instruction at the channel block's width
-    # (Target.dot_lanes): quantized convs then run on 8-bit integer kernels
-    int8_dot: bool = False
+    # the target's u8 x s8 instruction at the channel block's width (Target.dot_instructions), if any:
+    # quantized convs and matmuls then run on 8-bit integer kernels
+    dot_instruction: str | None = None
 
 
 Pass = Callable[[Graph, PassContext], Graph]
@@ -71,7 +71,7 @@ def _alter_layout(graph: Graph, ctx: PassContext) -> Graph:
 
 
 def _quantized_kernels_pass(graph: Graph, ctx: PassContext) -> Graph:
-    return integer_kernels(graph, ctx.int8_dot)
+    return integer_kernels(graph, ctx.dot_instruction)
 
 
 def _conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:

@@ -1,8 +1,10 @@
 """Quantized convs and matmuls on 8-bit integer kernels: a blocked conv (or a matmul with a constant
 weight) whose input is a quantized tensor (DequantizeLinear of a QuantizeLinear) and whose weight lies
 on an 8-bit grid per output channel (per column) runs as conv2d_nchwc_u8s8 (matmul_u8s8,
-compiler/ops/conv2d_int8.py and matmul_int8.py) where the target sums u8 x s8 products in one
-instruction (VNNI, Target.dot_lanes).
+compiler/ops/conv2d_int8.py and matmul_int8.py) where the target has an instruction for u8 x s8
+products faster than float32's (Target.dot_instructions): VNNI's vpdpbusd for any 8-bit weights;
+without VNNI, vpmaddubsw, whose int16 pair sums saturate, for weights whose pairs cannot (7-bit
+weights always: onnxruntime's reduce_range, which it advises for such CPUs).
 
 A QDQ model (onnxruntime's static quantization) reaches this pass as float arithmetic: the frontend
 computes QuantizeLinear as clip(round(x / s) + z) on the integer grid and DequantizeLinear as
@@ -19,8 +21,9 @@ rest the float epilogue (z * sum k subtracted in int32, then the scale) that fus
 kernel with the conv's own epilogue. The products are exact where the float conv rounds them.
 
 `why_float` gives the reason a conv or matmul stays float: not on such a target, its input not a
-quantized tensor (or quantized per channel), its weight not a constant on an 8-bit grid, a grouped
-conv, an input block (a reduction) not a multiple of four.
+quantized tensor (or quantized per channel), its weight not a constant on an 8-bit grid (or, without
+VNNI, one whose pairs could saturate), a grouped conv, an input block (a reduction) not a multiple of
+four.
 """
 
 from __future__ import annotations
@@ -33,14 +36,18 @@ import numpy as np
 from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of, rewrite
 from compiler.ops import conv2d_int8, matmul_int8
 from compiler.ops.conv2d_blocked import unpack_weight
-from compiler.ops.conv2d_int8 import DOT, pack_weight_u8s8
+from compiler.ops.conv2d_int8 import DOT, PAIRS_FIT, pack_weight_u8s8, weight_pairs_fit
 from compiler.ops.matmul_int8 import pack_matmul_u8s8
 from compiler.tensor_type import TensorType
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
 REWRITES = {"conv2d_nchwc": conv2d_int8.OP, "matmul": matmul_int8.OP}
 INTEGER_CONV = "runs on 8-bit integers (u8 x s8 dot products summed in int32, the scales after)"
-NO_INSTRUCTION = "the target has no u8 x s8 dot-product instruction (VNNI) at its vector width"
+NO_INSTRUCTION = "the target has no u8 x s8 dot-product instruction at its vector width"
+PAIRS_SATURATE = (
+    "its weight's pairs could saturate the 16-bit sums of vpmaddubsw, the target's u8 x s8 instruction "
+    "without VNNI (7-bit weights fit: onnxruntime's reduce_range)"
+)
 # how far from an integer a weight divided by its channel's step may be and still lie on the grid
 # (the frontend folded k * s_w in float32: a few units in the last place of k)
 GRID_TOLERANCE = 1e-3
@@ -70,6 +77,11 @@ class QuantizedInput:
     scale: float
     zero: int
     lo: int
+
+    @property
+    def top(self) -> int:
+        """The largest byte the integers take once shifted onto 0..255 (hi - lo)."""
+        return int(self.clip.attr("max")) - self.lo
 
 
 def quantized_input(x: Expr) -> QuantizedInput | str:
@@ -120,8 +132,8 @@ def _dequantized(x: Expr) -> tuple[Call, float, int, int] | str:
 
 def weight_grid(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(k int8, step per output channel) with w[o] = k[o] * step[o], for an OIHW float weight on an
-    8-bit grid per output channel; None when it is not. Of the steps that fit, the finest is taken
-    (the largest |k|: 127, then 128, then fewer); any exact split gives the same products."""
+    8-bit grid per output channel; None when it is not. Of the steps that fit, the coarsest is taken
+    (the smallest |k|); any exact split gives the same products."""
     flat = w.reshape(w.shape[0], -1).astype(np.float64)
     if not np.isfinite(flat).all():
         return None
@@ -129,19 +141,31 @@ def weight_grid(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     steps = np.zeros(len(flat))
     ks = np.zeros(flat.shape, np.int8)
     open_rows = np.flatnonzero(peak > 0)  # an all-zero channel takes step 0
+
+    def on_grid(rows: np.ndarray, top: int, cols: slice) -> np.ndarray:
+        k = flat[rows, cols] * (top / peak[rows])[:, None]
+        near = np.round(k)
+        fits: np.ndarray = np.all(np.abs(k - near) <= GRID_TOLERANCE, axis=1)
+        return fits & (near.min(axis=1) >= -128) & (near.max(axis=1) <= 127)
+
     for top in (127, 128, *range(126, 0, -1)):  # whole-array steps: bounded work for any weight
         if not open_rows.size:
             break
-        k = flat[open_rows] * (top / peak[open_rows])[:, None]
-        near = np.round(k)
-        fits = np.all(np.abs(k - near) <= GRID_TOLERANCE, axis=1) & (near.min(axis=1) >= -128)
-        fits &= near.max(axis=1) <= 127
-        ks[open_rows[fits]] = near[fits].astype(np.int8)
-        steps[open_rows[fits]] = peak[open_rows[fits]] / top
+        # a few weights of each row rule most steps out; the rows they admit are checked in full
+        fits = on_grid(open_rows, top, slice(0, 64))
+        fits[fits] = on_grid(open_rows[fits], top, slice(None))
+        done = open_rows[fits]
+        ks[done] = np.round(flat[done] * (top / peak[done])[:, None]).astype(np.int8)
+        steps[done] = peak[done] / top
         open_rows = open_rows[~fits]
     if open_rows.size:
         return None
-    return ks.reshape(w.shape), steps
+    # the smallest integers of each channel (a common factor moved into its step): the same products,
+    # and the pairs vpmaddubsw sums the furthest from saturating (7-bit weights found as 7-bit)
+    common = np.gcd.reduce(np.abs(ks.astype(np.int64)), axis=1)
+    common[common == 0] = 1
+    ks = (ks // common[:, None]).astype(np.int8)
+    return ks.reshape(w.shape), steps * common
 
 
 @dataclass(frozen=True)
@@ -152,14 +176,16 @@ class IntegerPlan:
     input: QuantizedInput
     ks: np.ndarray  # int8, output channels (columns) first
     steps: np.ndarray
+    pairs_fit: bool  # vpmaddubsw's pairs cannot saturate (set where the target computes with it)
 
 
-def plan_for(call: Call, x: Expr, int8_dot: bool) -> IntegerPlan | str:
-    """The integer kernel's plan for this blocked conv or matmul (reading `x`), else why it stays
-    float."""
+def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
+    """The integer kernel's plan for this blocked conv or matmul (reading `x`) on a target whose u8 x
+    s8 instruction at the layout's width is `instruction` (Target.dot_instructions), else why it
+    stays float."""
     if call.op not in REWRITES:
         return "not a blocked conv2d or a matmul"
-    if not int8_dot:
+    if instruction is None:
         return NO_INSTRUCTION
     w = call.args[1]
     if not isinstance(w, Const):
@@ -182,13 +208,20 @@ def plan_for(call: Call, x: Expr, int8_dot: bool) -> IntegerPlan | str:
     if grid is None:
         what = "column" if call.op == "matmul" else "output channel"
         return f"its weight is not on an 8-bit grid per {what}"
-    return IntegerPlan(found, *grid)
+    ks, steps = grid
+    pairs_fit = False
+    if instruction == "vpmaddubsw":
+        # the reduction last: a conv's input channels, a matmul's rows (ks holds its columns first)
+        pairs_fit = weight_pairs_fit(ks if call.op == "matmul" else ks.transpose(0, 2, 3, 1), found.top)
+        if not pairs_fit:
+            return PAIRS_SATURATE
+    return IntegerPlan(found, ks, steps, pairs_fit)
 
 
-def why_float(call: Call, x: Expr, int8_dot: bool) -> str | None:
+def why_float(call: Call, x: Expr, instruction: str | None) -> str | None:
     """None when this blocked conv or matmul (reading `x`) runs on an 8-bit integer kernel, else why
     it stays float."""
-    plan = plan_for(call, x, int8_dot)
+    plan = plan_for(call, x, instruction)
     return plan if isinstance(plan, str) else None
 
 
@@ -242,13 +275,18 @@ def _scaled(sums: Call, plan: IntegerPlan, out: TensorType, shape: tuple[int, ..
     return Call("mul", (as_float, factor), (), out, f"{name}.scaled")
 
 
+def _pairs(plan: IntegerPlan) -> dict[str, int]:
+    """The pairs_fit attribute where the plan relies on it (targets with VNNI do not)."""
+    return {PAIRS_FIT: 1} if plan.pairs_fit else {}
+
+
 def as_integer_conv(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
     """conv2d_nchwc(dequantized x, w) as the integer conv over `stored` (x's integers as uint8) and its
     float epilogue."""
     w = call.args[1]
     ocb, ib, ob = w.type.shape[0], w.type.shape[4], w.type.shape[5]
     weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(plan.ks, ib, ob))
-    attrs = attrs_of(dict(call.attr_dict, x_zero=plan.input.zero - plan.input.lo))
+    attrs = attrs_of(dict(call.attr_dict, x_zero=plan.input.zero - plan.input.lo, **_pairs(plan)))
     x = _moved(stored, plan.input)
     sums = Call(conv2d_int8.OP, (x, weight), attrs, TensorType(call.type.shape, "int32"), call.name)
     return _scaled(sums, plan, call.type, (1, ocb, 1, 1, ob))
@@ -259,20 +297,21 @@ def as_integer_matmul(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
     w = call.args[1]
     weight = Const(f"{w.name}.u8s8", pack_matmul_u8s8(np.ascontiguousarray(plan.ks.T)))
     x = _moved(stored, plan.input)
-    sums = Call(matmul_int8.OP, (x, weight), (), TensorType(call.type.shape, "int32"), call.name)
+    attrs = attrs_of(_pairs(plan))
+    sums = Call(matmul_int8.OP, (x, weight), attrs, TensorType(call.type.shape, "int32"), call.name)
     return _scaled(sums, plan, call.type, (len(plan.ks),))
 
 
-def integer_kernels(graph: Graph, int8_dot: bool) -> Graph:
-    """Every blocked conv and matmul the rule admits on an integer kernel (none where `int8_dot` is
-    False: the target lacks the instruction at the layout's vector width). Each quantized tensor such
+def integer_kernels(graph: Graph, instruction: str | None) -> Graph:
+    """Every blocked conv and matmul the rule admits on an integer kernel (none where `instruction`,
+    the target's at the layout's vector width, is None). Each quantized tensor such
     a kernel reads is stored once as bytes: every other reader of its integers (a residual add's
     dequantization) reads them back from those bytes, so no float copy is written beside them."""
-    if not int8_dot:
+    if instruction is None:
         return graph
     plans: dict[int, IntegerPlan] = {}
     for call in graph.calls():
-        plan = plan_for(call, call.args[0], int8_dot)
+        plan = plan_for(call, call.args[0], instruction)
         if not isinstance(plan, str):
             plans[id(call)] = plan
     lows = {id(plan.input.clip): plan.input.lo for plan in plans.values()}

@@ -1,6 +1,7 @@
 """The quantized_kernels pass: which blocked convs of a QDQ model run on the 8-bit integer kernel, why
 the others stay float, and that the integer conv computes the quantized model's result (interpreted
-on any host; compiled on a host with VNNI, against onnxruntime)."""
+on any host; compiled against onnxruntime: with VNNI on a host that has it, with AVX2's vpmaddubsw
+for 7-bit weights on every x86 host of AVX2)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from compiler.graph.ir import Call, Graph
 from compiler.graph.passes.quantized_kernels import (
     INTEGER_CONV,
     NO_INSTRUCTION,
+    PAIRS_SATURATE,
     integer_kernels,
     weight_grid,
     why_float,
 )
-from compiler.ops.conv2d_int8 import OP, pack_weight_u8s8, unpack_weight_u8s8
+from compiler.ops.conv2d_int8 import OP, PAIRS_FIT, pack_weight_u8s8, unpack_weight_u8s8, weight_pairs_fit
 from compiler.ops.matmul_int8 import OP as MATMUL
 from compiler.ops.matmul_int8 import pack_matmul_u8s8, unpack_matmul_u8s8
 from compiler.ops.registry import get
@@ -31,7 +33,12 @@ from compiler.tensor_type import TensorType
 from tests.compiler.frontend.onnx_check import run_ort
 
 OUT_SCALE = 0.015
-HAS_VNNI = host_target().lanes("float32") in host_target().dot_lanes
+HOST_DOT = host_target().dot_instructions.get(host_target().lanes("float32"))
+HAS_VNNI = HOST_DOT == "vpdpbusd"
+VNNI = "vpdpbusd"
+# a named AVX2 CPU: no VNNI by its name, so vpmaddubsw (its code runs on any AVX2 host)
+AVX2 = "x86-64-v3"
+HAS_AVX2 = "avx2" in host_target().required_features
 
 
 def _qdq_conv(
@@ -45,13 +52,16 @@ def _qdq_conv(
     per_channel: bool = True,
     group: int = 1,
     float_weight: bool = False,
+    weight_bits: int = 8,
     seed: int = 0,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """x -> Q/DQ -> Conv (int8 weight behind a DequantizeLinear) -> Relu -> Q/DQ, as onnxruntime's
-    static quantization writes it; padded by k // 2, where the padding stands for a quantized 0."""
+    static quantization writes it; padded by k // 2, where the padding stands for a quantized 0.
+    `weight_bits` 7 is onnxruntime's reduce_range."""
     rng = np.random.default_rng(seed)
     zero = np.array(131, np.uint8) if activation == TensorProto.UINT8 else np.array(-5, np.int8)
-    w = rng.integers(-128, 128, (oc, c // group, k, k)).astype(np.int8)
+    half = 1 << (weight_bits - 1)
+    w = rng.integers(-half, half, (oc, c // group, k, k)).astype(np.int8)
     w_scale = (rng.uniform(5e-4, 2e-3, oc) if per_channel else np.array(1e-3)).astype(np.float32)
     inits = [
         numpy_helper.from_array(np.array(0.02, np.float32), "s_in"),
@@ -128,7 +138,7 @@ def test_the_integer_conv_computes_what_the_float_conv_does(case: str) -> None:
     same quantized outputs but for a rounding tie, on any host."""
     model, feeds = _qdq_conv(**CASES[case])  # type: ignore[arg-type]
     graph = _before_pass(model)
-    rewritten = integer_kernels(graph, int8_dot=True)
+    rewritten = integer_kernels(graph, VNNI)
     assert [c.op for c in rewritten.calls() if c.op.startswith("conv2d")] == [OP]
     (want,) = run_graph(graph, feeds).values()
     (got,) = run_graph(rewritten, feeds).values()
@@ -199,7 +209,7 @@ def test_a_quantized_tensor_is_stored_once_as_bytes_for_every_reader() -> None:
     float graph's but for a rounding tie."""
     model, feeds = _residual_block()
     graph = _before_pass(model)
-    rewritten = integer_kernels(graph, int8_dot=True)
+    rewritten = integer_kernels(graph, VNNI)
     assert sum(c.op == OP for c in rewritten.calls()) == 2
     readers: dict[int, list[str]] = {}
     for c in rewritten.calls():
@@ -224,16 +234,17 @@ def test_a_residual_block_compiles_and_matches_onnxruntime(tmp_path: Path) -> No
 
 
 def _qdq_matmul(
-    k: int = 24, n: int = 40, *, per_column: bool = True
+    k: int = 24, n: int = 40, *, per_column: bool = True, weight_bits: int = 8
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """x [2, 5, k] -> Q/DQ -> MatMul (int8 weight [k, n] behind a DequantizeLinear, per column or per
     tensor) -> Add bias -> Q/DQ, as onnxruntime quantizes a transformer's projection."""
     rng = np.random.default_rng(9)
+    half = 1 << (weight_bits - 1)
     w_scale = (rng.uniform(5e-4, 2e-3, n) if per_column else np.array(1e-3)).astype(np.float32)
     inits = [
         numpy_helper.from_array(np.array(0.02, np.float32), "s_in"),
         numpy_helper.from_array(np.array(117, np.uint8), "z_in"),
-        numpy_helper.from_array(rng.integers(-128, 128, (k, n)).astype(np.int8), "w_q"),
+        numpy_helper.from_array(rng.integers(-half, half, (k, n)).astype(np.int8), "w_q"),
         numpy_helper.from_array(w_scale, "w_s"),
         numpy_helper.from_array(np.zeros(w_scale.shape, np.int8), "w_z"),
         numpy_helper.from_array(rng.standard_normal(n).astype(np.float32) * 0.1, "b"),
@@ -265,7 +276,7 @@ def _qdq_matmul(
 def test_the_integer_matmul_computes_what_the_float_matmul_does(per_column: bool, tmp_path: Path) -> None:
     model, feeds = _qdq_matmul(per_column=per_column)
     graph = _before_pass(model)
-    rewritten = integer_kernels(graph, int8_dot=True)
+    rewritten = integer_kernels(graph, VNNI)
     assert [c.op for c in rewritten.calls() if c.op.startswith("matmul")] == [MATMUL]
     (want,) = run_graph(graph, feeds).values()
     (got,) = run_graph(rewritten, feeds).values()
@@ -278,10 +289,10 @@ def test_the_integer_matmul_computes_what_the_float_matmul_does(per_column: bool
 
 def test_the_reasons_a_matmul_stays_float() -> None:
     (odd,) = [c for c in _before_pass(_qdq_matmul(k=22)[0]).calls() if c.op == "matmul"]
-    assert "not a multiple of 4" in (why_float(odd, odd.args[0], True) or "")
+    assert "not a multiple of 4" in (why_float(odd, odd.args[0], VNNI) or "")
     x = odd.args[0]
     assert (
-        why_float(Call("matmul", (x, x), (), odd.type, "attention"), x, True)
+        why_float(Call("matmul", (x, x), (), odd.type, "attention"), x, VNNI)
         == "its weight is not a constant"
     )
 
@@ -296,14 +307,14 @@ def test_packed_matmul_weights_round_trip() -> None:
 
 def test_the_reasons_a_conv_stays_float() -> None:
     (quantized,) = _blocked_convs(_before_pass(_qdq_conv()[0]))
-    assert why_float(quantized, quantized.args[0], True) is None
-    assert why_float(quantized, quantized.args[0], False) == NO_INSTRUCTION
+    assert why_float(quantized, quantized.args[0], VNNI) is None
+    assert why_float(quantized, quantized.args[0], None) == NO_INSTRUCTION
     (floating,) = _blocked_convs(_before_pass(_qdq_conv(float_weight=True)[0]))
-    assert "not on an 8-bit grid" in (why_float(floating, floating.args[0], True) or "")
+    assert "not on an 8-bit grid" in (why_float(floating, floating.args[0], VNNI) or "")
     (grouped,) = _blocked_convs(_before_pass(_qdq_conv(c=32, oc=32, group=2)[0]))
-    assert "grouped" in (why_float(grouped, grouped.args[0], True) or "")
+    assert "grouped" in (why_float(grouped, grouped.args[0], VNNI) or "")
     (first,) = _blocked_convs(_before_pass(_qdq_conv(c=3, oc=32)[0]))
-    assert "not a multiple of 4" in (why_float(first, first.args[0], True) or "")
+    assert "not a multiple of 4" in (why_float(first, first.args[0], VNNI) or "")
 
 
 def test_a_float_models_convs_are_left_alone() -> None:
@@ -319,8 +330,8 @@ def test_a_float_models_convs_are_left_alone() -> None:
     graph.output[0].name = "r"
     before = _before_pass(plain)
     (conv,) = _blocked_convs(before)
-    assert why_float(conv, conv.args[0], True) == "its input is not a dequantized tensor"
-    assert integer_kernels(before, int8_dot=True).calls() == before.calls()
+    assert why_float(conv, conv.args[0], VNNI) == "its input is not a dequantized tensor"
+    assert integer_kernels(before, VNNI).calls() == before.calls()
 
 
 def test_explain_says_which_convs_run_on_integers() -> None:
@@ -328,7 +339,8 @@ def test_explain_says_which_convs_run_on_integers() -> None:
 
     report = explain_model(_qdq_conv()[0].SerializeToString(), CompileOptions(opt_level=3))
     (conv,) = [k for k in report.kernels if any(n.node == "conv" for n in k.nodes)]
-    want = f"quantized_kernels: {INTEGER_CONV if HAS_VNNI else 'stays float: ' + NO_INSTRUCTION}"
+    reason = {VNNI: None, "vpmaddubsw": PAIRS_SATURATE, None: NO_INSTRUCTION}[HOST_DOT]
+    want = f"quantized_kernels: {INTEGER_CONV if reason is None else 'stays float: ' + reason}"
     assert want in conv.why
 
 
@@ -366,3 +378,83 @@ def test_packed_weights_round_trip_and_the_op_checks_its_operands() -> None:
         infer([TensorType((1, 2, 5, 5, 12), "uint8"), TensorType(packed.shape, "int32")], attrs)
     with pytest.raises(Exception, match="x_zero"):
         infer([x, TensorType(packed.shape, "int32")], {**attrs, "x_zero": 300})
+
+
+def _on(target: str, model: onnx.ModelProto) -> Graph:
+    """The model's optimized graph compiled for `target`."""
+    options = CompileOptions(opt_level=3, target=target)
+    return run_stages(Build.start(model.SerializeToString(), options), until="optimized").optimized
+
+
+def test_weight_pairs_fit_where_no_pair_can_saturate_int16() -> None:
+    fits = lambda *pair: weight_pairs_fit(np.array([pair], np.int8), 255)  # noqa: E731
+    assert fits(64, 64) and fits(-64, -64) and fits(-128, 0) and fits(127, -128)
+    assert not fits(127, 2)  # 255 * 129 > 32767
+    assert not fits(-128, -1)  # -255 * 129 < -32768
+    assert weight_pairs_fit(np.array([[127, 127, -128, -128]], np.int8), 127)  # a 7-bit input grid
+    seven = np.random.default_rng(1).integers(-64, 64, (8, 3, 3, 30)).astype(np.int8)
+    assert weight_pairs_fit(seven, 255)
+    assert weight_pairs_fit(np.array([[100]], np.int8), 255)  # an odd reduction pairs its last with 0
+
+
+def test_without_vnni_7_bit_weights_run_on_integers_and_8_bit_weights_say_why_not() -> None:
+    seven = _on(AVX2, _qdq_conv(weight_bits=7)[0])
+    (conv,) = [c for c in seven.calls() if c.op == OP]
+    assert conv.attr(PAIRS_FIT) == 1
+    eight = _on(AVX2, _qdq_conv()[0])
+    assert not [c for c in eight.calls() if c.op == OP]
+    (blocked,) = _blocked_convs(_before_pass_on(AVX2, _qdq_conv()[0]))
+    assert why_float(blocked, blocked.args[0], "vpmaddubsw") == PAIRS_SATURATE
+    assert why_float(blocked, blocked.args[0], VNNI) is None
+    (matmul,) = [c for c in _on(AVX2, _qdq_matmul(weight_bits=7)[0]).calls() if c.op == MATMUL]
+    assert matmul.attr(PAIRS_FIT) == 1
+
+
+def _llvm_ir(target: str, model: onnx.ModelProto) -> str:
+    options = CompileOptions(opt_level=3, target=target)
+    b = run_stages(Build.start(model.SerializeToString(), options), until="llvm")
+    assert b.library is not None
+    return b.library.llvm_ir()
+
+
+def _before_pass_on(target: str, model: onnx.ModelProto) -> Graph:
+    options = CompileOptions(opt_level=3, target=target)
+    b = run_stages(Build.start(model.SerializeToString(), options), until="optimized")
+    names = [name for name, _ in b.after_pass]
+    return b.after_pass[names.index("quantized_kernels") - 1][1]
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="this host has no AVX2, which code for the AVX2 target needs")
+@pytest.mark.parametrize(
+    "case", ["uint8_per_channel_3x3", "int8_per_tensor_3x3", "strided_1x1", "padded_channels"]
+)
+def test_7_bit_weights_compile_to_vpmaddubsw_and_match_onnxruntime(case: str, tmp_path: Path) -> None:
+    """An AVX2 CPU by name (no VNNI): the integer conv's step is vpmaddubsw, exact for these weights."""
+    model, feeds = _qdq_conv(**CASES[case], weight_bits=7)  # type: ignore[arg-type]
+    compiled = compile_model(model.SerializeToString(), CompileOptions(opt_level=3, target=AVX2))
+    assert any(k["name"].startswith(f"fused_{OP}") for k in compiled.manifest["kernels"])
+    code = _llvm_ir(AVX2, model)
+    assert "llvm.x86.avx2.pmadd.ub.sw" in code and "vpdpbusd" not in code
+    compiled.save(tmp_path / "q.temper")
+    (got,) = compiler.runtime.load(tmp_path / "q.temper").run(feeds).values()
+    (want,) = run_ort(model, feeds).values()
+    _within_one_step(got, want)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="this host has no AVX2, which code for the AVX2 target needs")
+def test_a_7_bit_matmul_compiles_to_vpmaddubsw_and_matches_onnxruntime(tmp_path: Path) -> None:
+    model, feeds = _qdq_matmul(weight_bits=7)
+    compiled = compile_model(model.SerializeToString(), CompileOptions(opt_level=3, target=AVX2))
+    assert "llvm.x86.avx2.pmadd.ub.sw" in _llvm_ir(AVX2, model)
+    compiled.save(tmp_path / "m.temper")
+    (got,) = compiler.runtime.load(tmp_path / "m.temper").run(feeds).values()
+    _within_one_step(got, run_ort(model, feeds)["y"])
+
+
+def test_the_op_checks_its_pairs_fit_attribute() -> None:
+    packed = pack_weight_u8s8(np.zeros((16, 8, 1, 1), np.int8), 8, 16)
+    attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1, "x_zero": 0}
+    x, w = TensorType((1, 1, 2, 2, 8), "uint8"), TensorType(packed.shape, "int32")
+    get(OP).infer([x, w], {**attrs, PAIRS_FIT: 1})
+    with pytest.raises(Exception, match=PAIRS_FIT):
+        get(OP).infer([x, w], {**attrs, PAIRS_FIT: 2})
