@@ -146,7 +146,8 @@ def weight_grid(w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         k = flat[rows, cols] * (top / peak[rows])[:, None]
         near = np.round(k)
         fits: np.ndarray = np.all(np.abs(k - near) <= GRID_TOLERANCE, axis=1)
-        return fits & (near.min(axis=1) >= -128) & (near.max(axis=1) <= 127)
+        fits &= (near.min(axis=1) >= -128) & (near.max(axis=1) <= 127)
+        return fits
 
     for top in (127, 128, *range(126, 0, -1)):  # whole-array steps: bounded work for any weight
         if not open_rows.size:
