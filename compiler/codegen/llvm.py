@@ -619,10 +619,54 @@ class KernelEmitter:
         widen = self._extern(self._PMADDWD[lanes], i32, [halves, halves])
         return b.add(total, b.call(widen, [pairs, ir.Constant(halves, [1] * 2 * lanes)]))
 
+    # a divisor whose reciprocal path below is exact: far from overflow and underflow either way
+    _QUOTIENT_RANGE = (2.0**-60, 2.0**60)
+
+    def _rounded_quotient(self, ctx: _Ctx, e: BinOp) -> ir.Value | None:
+        """round(a / b) for float32 vectors a over a divisor b that is one value for every lane (a
+        quantization's scale): b's reciprocal y once, then q = a * y corrected by one step
+        (Markstein's: r = a - b * q exact by FMA, q + r * y), which is a / b correctly rounded
+        wherever it matters to round(), at a few FMAs where the division takes many cycles a
+        vector. A divisor outside _QUOTIENT_RANGE takes the division. None where the shape does
+        not apply."""
+        b = ctx.builder
+        if ctx.vec is None or e.dtype != "float32":
+            return None
+        num, den = self._expr(ctx, e.a), self._expr(ctx, e.b)
+        if not isinstance(num.type, ir.VectorType) or isinstance(den.type, ir.VectorType):
+            return None
+        lanes = num.type.count
+        fabs = b.call(self._intrinsic("fabs", F32), [den])
+        lo, hi = (ir.Constant(F32, bound) for bound in self._QUOTIENT_RANGE)
+        in_range = b.and_(b.fcmp_ordered(">=", fabs, lo), b.fcmp_ordered("<=", fabs, hi))
+        fma = self._extern(f"llvm.fma.v{lanes}f32", num.type, [num.type] * 3)
+        with b.if_else(in_range, likely=True) as (fast, slow):
+            with fast:
+                y = self._splat(b, b.fdiv(ir.Constant(F32, 1.0), den), lanes)
+                q = b.fmul(num, y)
+                r = b.call(fma, [b.fneg(q), self._splat(b, den, lanes), num])
+                corrected = b.call(fma, [r, y, q])
+                # q where the correction is no number (q infinite: it overflowed, like the quotient)
+                # or zero (its sign is q's, which the correction's sum may lose)
+                zero = ir.Constant(num.type, [0.0] * lanes)
+                fast_value = b.select(b.fcmp_unordered("==", corrected, zero), q, corrected)
+                fast_block = b.block
+            with slow:
+                slow_value = b.fdiv(num, self._splat(b, den, lanes))
+                slow_block = b.block
+        merged = b.phi(num.type)
+        merged.add_incoming(fast_value, fast_block)
+        merged.add_incoming(slow_value, slow_block)
+        return merged
+
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
         b = ctx.builder
         if e.name in DOT4_NAMES:
             return self._dot4(ctx, e)
+        if e.name == "round" and isinstance(e.args[0], BinOp) and e.args[0].op == "/":
+            quotient = self._rounded_quotient(ctx, e.args[0])
+            if quotient is not None:
+                return b.call(self._intrinsic("roundeven", quotient.type), [quotient])
         args = [self._expr(ctx, a) for a in e.args]
         if len(args) == 2:
             args = list(self._match(ctx, args[0], args[1]))
