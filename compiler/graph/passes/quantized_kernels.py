@@ -23,11 +23,12 @@ kernel with the conv's own epilogue. The products are exact where the float conv
 `why_float` gives the reason a conv or matmul stays float: not on such a target, its input not a
 quantized tensor (or quantized per channel), its weight not a constant on an 8-bit grid (or, without
 VNNI, one whose pairs could saturate), a grouped conv, an input block (a reduction) not a multiple of
-four.
+four (a conv blocked right from planar, a network's first conv of 3 channels, is blocked by 4 instead).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -178,6 +179,7 @@ class IntegerPlan:
     ks: np.ndarray  # int8, output channels (columns) first
     steps: np.ndarray
     pairs_fit: bool  # vpmaddubsw's pairs cannot saturate (set where the target computes with it)
+    in_block: int = 0  # a conv's input re-blocked by this many channels from planar (0: as it is)
 
 
 def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
@@ -199,12 +201,18 @@ def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
     else:
         if call.attr("groups", 1) != 1:
             return "grouped (the integer kernel is for dense convs)"
-        ib = x.type.shape[4]
-        if ib % DOT:
-            return f"its input is blocked by {ib} channels, not a multiple of {DOT} (a network's first conv)"
     found = quantized_input(x)
     if isinstance(found, str):
         return found
+    in_block = 0
+    if call.op != "matmul" and x.type.shape[4] % DOT:
+        ib = x.type.shape[4]
+        last = found.moves[0] if found.moves else None
+        if last is None or last.op != "layout_transform" or last.attr("src_layout") != "NCHW":
+            return f"its input is blocked by {ib} channels, not a multiple of {DOT}"
+        # blocked right from planar (a network's first conv, 3 channels): blocked by 4 instead, the
+        # extra channel zero in the bytes and in the weight
+        in_block = -(-ib // DOT) * DOT
     grid = weight_grid(w.data.T if call.op == "matmul" else unpack_weight(w.data))
     if grid is None:
         what = "column" if call.op == "matmul" else "output channel"
@@ -216,7 +224,7 @@ def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
         pairs_fit = weight_pairs_fit(ks if call.op == "matmul" else ks.transpose(0, 2, 3, 1), found.top)
         if not pairs_fit:
             return PAIRS_SATURATE
-    return IntegerPlan(found, ks, steps, pairs_fit)
+    return IntegerPlan(found, ks, steps, pairs_fit, in_block)
 
 
 def why_float(call: Call, x: Expr, instruction: str | None) -> str | None:
@@ -286,9 +294,16 @@ def as_integer_conv(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
     float epilogue."""
     w = call.args[1]
     ocb, ib, ob = w.type.shape[0], w.type.shape[4], w.type.shape[5]
-    weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(plan.ks, ib, ob))
+    weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(plan.ks, plan.in_block or ib, ob))
     attrs = attrs_of(dict(call.attr_dict, x_zero=plan.input.zero - plan.input.lo, **_pairs(plan)))
-    x = _moved(stored, plan.input)
+    if plan.in_block:  # the last move, planar to blocked, blocks by in_block instead
+        planar = _moved(stored, dataclasses.replace(plan.input, moves=plan.input.moves[1:]))
+        n, c, h, wd = planar.type.shape
+        blocked = TensorType((n, -(-c // plan.in_block), h, wd, plan.in_block), "uint8")
+        layout = attrs_of({"src_layout": "NCHW", "dst_layout": f"NCHW{plan.in_block}c"})
+        x: Expr = Call("layout_transform", (planar,), layout, blocked, f"{call.name}.input_u8")
+    else:
+        x = _moved(stored, plan.input)
     sums = Call(conv2d_int8.OP, (x, weight), attrs, TensorType(call.type.shape, "int32"), call.name)
     return _scaled(sums, plan, call.type, (1, ocb, 1, 1, ob))
 
