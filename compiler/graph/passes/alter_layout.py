@@ -22,7 +22,8 @@ What runs blocked (every rule states its reason in `why_planar` for `temper expl
 Channel counts that b does not divide (ShuffleNet's 116, 24 or 40 on a 16-lane target) are padded to
 whole blocks with zero lanes, unless that wastes more than half of the real work. Packed weights are
 zero for those lanes, so they never reach a real channel, and only ops that keep finite values
-finite (bias, activations, residuals; not a division) run on padded values.
+finite (bias, activations, residuals, a quantization's rounding; a division only by one nonzero
+constant) run on padded values.
 """
 
 from __future__ import annotations
@@ -51,8 +52,24 @@ _FINITE = frozenset(
         *("add", "sub", "mul", "maximum", "minimum", "prelu", "relu", "clip", "leaky_relu", "elu"),
         *("selu", "celu", "sigmoid", "tanh", "hard_sigmoid", "hard_swish", "gelu", "erf", "neg"),
         *("abs", "softplus", "softsign", "mish", "thresholded_relu", "exp"),
+        *("round", "floor", "ceil", "cast"),  # a quantization's rounding and its bytes
     }
 )
+
+
+def _keeps_finite(call: Call) -> bool:
+    """Whether the elementwise op maps finite values to finite values: an op of _FINITE, or a division
+    by one finite, nonzero constant (a quantization's scale: padding / scale is 0)."""
+    if call.op in _FINITE:
+        return True
+    if call.op != "div" or not isinstance(call.args[1], Const):
+        return False
+    divisor = call.args[1].data
+    return (
+        divisor.size == 1 and divisor.dtype.kind == "f" and bool(np.isfinite(divisor).all() and divisor.all())
+    )
+
+
 # padding channels up to whole blocks may cost at most this much of the real work
 MAX_PADDING = 1.5
 # groups narrower than a block widened to whole blocks may multiply the work by at most this: the
@@ -211,7 +228,7 @@ class _Rewriter:
         c = call.type.shape[1]
         if not any(self.is_blocked(a) for a in call.args):
             return None
-        if c % self.block and call.op not in _FINITE:
+        if c % self.block and not _keeps_finite(call):
             return None
         args: list[Expr] = []
         for a in call.args:

@@ -164,6 +164,31 @@ def test_channels_that_do_not_fill_blocks_are_padded_and_divisions_stay_planar()
     assert next(c for c in out.calls() if c.op == "div").type.ndim == 4  # padding / padding would be NaN
 
 
+def test_a_quantization_of_padded_channels_stays_blocked() -> None:
+    """Division by one nonzero scale, rounding, clipping and the cast to bytes keep the padding lanes
+    finite: a QDQ network's 24-channel tensors stay blocked between its convs."""
+    x = var("x", 1, 12, 7, 7)
+    y = bias_relu(conv(x, 12, name="c1"), "c1")
+    q = call("round", call("div", y, const("scale", value=0.05), name="q"), name="round")
+    q = call("clip", call("add", q, const("zero", value=3.0)), min=0.0, max=255.0)
+    stored = call("cast", q, to="uint8", name="bytes")
+    dq = call(
+        "mul", call("sub", call("cast", stored, to="float32"), const("z", value=3.0)), const("s", value=0.05)
+    )
+    g = graph([x], conv(dq, 12, k=1, name="c2"))
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]
+    assert all(c.type.ndim == 5 for c in out.calls() if c.op in ("div", "round", "cast"))
+    zero = call("div", y, const("zero_scale", value=0.0), name="by_zero")  # 0 / 0 in the padding
+    assert (
+        next(
+            c for c in alter_conv_layout(graph([x], conv(zero, 12, k=1)), B).calls() if c.op == "div"
+        ).type.ndim
+        == 4
+    )
+
+
 def test_the_pass_is_listed_and_can_be_disabled() -> None:
     assert "alter_layout" in [n for n, _ in run_passes.__globals__["PASSES_BY_LEVEL"][3]]
     assert "alter_layout" in optional_passes()
