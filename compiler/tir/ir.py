@@ -69,8 +69,9 @@ class Call:
 # code generator makes one VNNI instruction where the target has it
 DOT4 = "dot4_u8s8"
 # the same sum, with the promise that each pair of weights (bytes 0 and 1, bytes 2 and 3) keeps its
-# two products within int16 for any uint8 x: what vpmaddubsw (AVX2's u8 x s8 pairs, summed in int16
-# with saturation) computes exactly
+# two products within int16 for every x the kernel reads (its input's grid, padding included, as
+# weight_pairs_fit checked it): what vpmaddubsw (AVX2's u8 x s8 pairs, summed in int16 with
+# saturation) computes exactly
 DOT4_PAIRS_FIT = "dot4_u8s8_pairs_fit"
 DOT4_NAMES = (DOT4, DOT4_PAIRS_FIT)
 
