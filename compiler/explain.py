@@ -17,8 +17,9 @@ from compiler.graph.passes.alter_layout import why_planar
 from compiler.graph.passes.conv_algorithm import algorithm_report, flops_bar
 from compiler.graph.passes.conv_transpose_phases import describe, why_kept
 from compiler.graph.passes.pointwise_rows import why_rows
-from compiler.graph.passes.quantized_kernels import INTEGER_CONV, quantized_input, why_float
 from compiler.graph.passes.quantized_kernels import REWRITES as QUANTIZED_REWRITES
+from compiler.graph.passes.quantized_kernels import integer_plans, plan_for, quantized_input
+from compiler.graph.passes.quantized_kernels import verdict as integer_verdict
 from compiler.kernels import Kernel, ScheduleSource, family_rule
 from compiler.pipeline import (
     CompileOptions,
@@ -254,11 +255,11 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
     if "quantized_kernels" in by_pass:
         before = fr.after_pass[names.index("quantized_kernels") - 1][1]
         dot = fr.target.dot_instructions.get(block)
+        plans = integer_plans(before, dot)
         for call in before.calls():
             if call.op in QUANTIZED_REWRITES and not isinstance(quantized_input(call.args[0]), str):
-                reason = why_float(call, call.args[0], dot)
-                verdict = f"stays float: {reason}" if reason else INTEGER_CONV
-                out.setdefault(call.name, []).append(f"quantized_kernels: {verdict}")
+                plan = plans.get(id(call)) or plan_for(call, call.args[0], dot)
+                out.setdefault(call.name, []).append(f"quantized_kernels: {integer_verdict(plan)}")
     if "pointwise_conv_rows" in by_pass:
         before = fr.after_pass[names.index("pointwise_conv_rows") - 1][1]
         for call in before.calls():

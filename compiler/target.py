@@ -138,7 +138,8 @@ class Target:
         - vpdpbusd (VNNI): the four products summed into each lane, exact;
         - vpmaddubsw (AVX2, AVX-512 BW, SSSE3): pairs of products summed in int16 with saturation,
           exact only for weights whose pairs cannot saturate (DOT4_PAIRS_FIT; 7-bit weights always).
-        (Exact 16-bit products, vpmaddwd, take as many instructions as float32's FMAs.) A named CPU
+        Where a step is vpmaddubsw, weights whose pairs could saturate take vpmaddwd over values widened
+        to int16 instead (DOT2): two exact products per lane and instruction, an FMA's one. A named CPU
         without a feature list counts with the features its name implies, so never VNNI (its code
         must run on any CPU of that name as LLVM defines it)."""
         if not self.triple.startswith(("x86_64", "i686", "i386")):

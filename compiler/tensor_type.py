@@ -17,6 +17,7 @@ DTYPES: dict[str, str] = {
     "float16": "f16",
     "int64": "i64",
     "int32": "i32",
+    "int16": "i16",
     "int8": "i8",
     "uint8": "u8",
     "bool": "bool",

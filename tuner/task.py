@@ -51,6 +51,8 @@ class Task:
             elif buf.dtype in ("uint8", "int8"):  # quantized values: their whole range
                 info = np.iinfo(buf.dtype)
                 out[buf.name] = rng.integers(info.min, info.max + 1, buf.shape).astype(buf.dtype)
+            elif buf.dtype == "int16":  # quantized values widened (an integer conv's input): 0..255
+                out[buf.name] = rng.integers(0, 256, buf.shape).astype(buf.dtype)
             else:  # integer operands are indices here: keep them small and non-negative
                 out[buf.name] = rng.integers(0, 2, buf.shape).astype(buf.dtype)
         return out

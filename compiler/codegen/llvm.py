@@ -61,8 +61,9 @@ from compiler.errors import CodegenError
 from compiler.runtime.errors import OUT_OF_MEMORY
 from compiler.tir.flatten import free_vars
 from compiler.tir.ir import (
-    DOT4_NAMES,
+    DOT2,
     DOT4_PAIRS_FIT,
+    DOT_NAMES,
     Allocate,
     BinOp,
     Buffer,
@@ -90,6 +91,7 @@ from compiler.tir.simplify import bounds, simplify, specialize
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
+I16 = ir.IntType(16)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
@@ -111,6 +113,7 @@ _MEM_TYPES: dict[str, ir.Type] = {
     "float64": F64,
     "int64": I64,
     "int32": I32,
+    "int16": I16,
     "int8": I8,
     "uint8": I8,
     "bool": I8,
@@ -470,8 +473,8 @@ class KernelEmitter:
 
     def _binop(self, ctx: _Ctx, e: BinOp) -> ir.Value:
         b = ctx.builder
-        if e.op == "+" and isinstance(e.b, Call) and e.b.name in DOT4_NAMES:
-            return self._dot4(ctx, e.b, self._expr(ctx, e.a))
+        if e.op == "+" and isinstance(e.b, Call) and e.b.name in DOT_NAMES:
+            return self._dot(ctx, e.b, self._expr(ctx, e.a))
         if e.op in ("and", "or"):
             x, y = self._match(ctx, self._expr(ctx, e.a), self._expr(ctx, e.b))
             return b.and_(x, y) if e.op == "and" else b.or_(x, y)
@@ -560,7 +563,7 @@ class KernelEmitter:
     }
 
     # by int32 lane count: vpmaddubsw (u8 x s8 pairs summed into int16) and vpmaddwd (int16 pairs
-    # summed into int32), the two steps of DOT4 without VNNI
+    # summed into int32), the two steps of DOT4 without VNNI; vpmaddwd alone is DOT2
     _PMADDUBSW = {
         4: "llvm.x86.ssse3.pmadd.ub.sw.128",
         8: "llvm.x86.avx2.pmadd.ub.sw",
@@ -568,14 +571,17 @@ class KernelEmitter:
     }
     _PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}
 
-    def _dot4(self, ctx: _Ctx, e: Call, acc: ir.Value | None = None) -> ir.Value:
-        """DOT4(x0, x1, x2, x3, w): the four uint8 x_k times the four signed bytes of int32 w (byte
-        k, little-endian), summed, plus `acc`; exact in int32 whichever way it is computed:
+    def _dot(self, ctx: _Ctx, e: Call, acc: ir.Value | None = None) -> ir.Value:
+        """An integer dot step plus `acc`, exact in int32 whichever way it is computed.
+        DOT4(x0, x1, x2, x3, w): the four uint8 x_k times the four signed bytes of int32 w (byte k,
+        little-endian):
         - vpdpbusd (VNNI): one instruction over the x_k packed into an int32 (adjacent byte loads,
           which LLVM merges into one);
         - vpmaddubsw, then vpmaddwd by ones (AVX2, AVX-512 BW): only for DOT4_PAIRS_FIT, whose weight
-          pairs keep their int16 sums from saturating;
-        - elsewhere (scalars, other widths) the products are spelled out."""
+          pairs keep their int16 sums from saturating.
+        DOT2(x0, x1, w): the two int16 x_k times the two int16 halves of w: vpmaddwd over the x_k
+        packed into an int32, at every width the target has a dot instruction for.
+        Elsewhere (scalars, other widths) the products are spelled out."""
         b = ctx.builder
         args = [self._expr(ctx, a) for a in e.args]
         vectors = [a for a in [*args, acc] if a is not None and isinstance(a.type, ir.VectorType)]
@@ -589,34 +595,44 @@ class KernelEmitter:
         def const(c: int) -> ir.Value:
             return ir.Constant(i32, [c] * lanes) if lanes else ir.Constant(I32, c)
 
-        # one value per k (a broadcast operand stays scalar until packed)
+        width = len(args) - 1  # x values per int32 of weights
+        bits = 32 // width
+        # one value per k (a broadcast operand stays scalar until packed); an int16 x is a uint8
+        # value widened, or any int16: its low half is what the packing and the products read
+        extend = b.sext if e.name == DOT2 else b.zext
         xs = [
-            b.zext(x, ir.VectorType(I32, x.type.count) if isinstance(x.type, ir.VectorType) else I32)
-            for x in args[:4]
+            extend(x, ir.VectorType(I32, x.type.count) if isinstance(x.type, ir.VectorType) else I32)
+            for x in args[:width]
         ]
-        w = full(args[4])
+        w = full(args[width])
         instruction = self.dot_instructions.get(lanes)
-        if instruction == "vpmaddubsw" and e.name != DOT4_PAIRS_FIT:
+        if e.name == DOT2:
+            instruction = "vpmaddwd" if instruction is not None else None
+        elif instruction == "vpmaddubsw" and e.name != DOT4_PAIRS_FIT:
             instruction = None  # its pairs could saturate
         if instruction is None:
             total = full(acc) if acc is not None else None
-            for k in range(4):
-                wk = b.ashr(b.shl(w, const(24 - 8 * k)), const(24))
+            for k in range(width):
+                wk = b.ashr(b.shl(w, const(32 - bits * (k + 1))), const(32 - bits))
                 term = b.mul(full(xs[k]), wk)
                 total = term if total is None else b.add(total, term)
             assert total is not None
             return total
-        packed = full(xs[0])
-        for k in range(1, 4):
-            packed = b.or_(packed, b.shl(full(xs[k]), const(8 * k)))
+        mask = const((1 << bits) - 1)
+        packed = b.and_(full(xs[0]), mask)
+        for k in range(1, width):
+            packed = b.or_(packed, b.shl(b.and_(full(xs[k]), mask), const(bits * k)))
         total = full(acc) if acc is not None else const(0)
         if instruction == "vpdpbusd":
             fn = self._extern(f"llvm.x86.avx512.vpdpbusd.{32 * lanes}", i32, [i32, i32, i32])
             return b.call(fn, [total, packed, w])
-        octets, halves = ir.VectorType(I8, 4 * lanes), ir.VectorType(ir.IntType(16), 2 * lanes)
+        halves = ir.VectorType(I16, 2 * lanes)
+        widen = self._extern(self._PMADDWD[lanes], i32, [halves, halves])
+        if instruction == "vpmaddwd":
+            return b.add(total, b.call(widen, [b.bitcast(packed, halves), b.bitcast(w, halves)]))
+        octets = ir.VectorType(I8, 4 * lanes)
         pairs_fn = self._extern(self._PMADDUBSW[lanes], halves, [octets, octets])
         pairs = b.call(pairs_fn, [b.bitcast(packed, octets), b.bitcast(w, octets)])
-        widen = self._extern(self._PMADDWD[lanes], i32, [halves, halves])
         return b.add(total, b.call(widen, [pairs, ir.Constant(halves, [1] * 2 * lanes)]))
 
     # a divisor whose reciprocal path below is exact: far from overflow and underflow either way
@@ -661,8 +677,8 @@ class KernelEmitter:
 
     def _call(self, ctx: _Ctx, e: Call) -> ir.Value:
         b = ctx.builder
-        if e.name in DOT4_NAMES:
-            return self._dot4(ctx, e)
+        if e.name in DOT_NAMES:
+            return self._dot(ctx, e)
         if e.name == "round" and isinstance(e.args[0], BinOp) and e.args[0].op == "/":
             quotient = self._rounded_quotient(ctx, e.args[0])
             if quotient is not None:

@@ -73,12 +73,25 @@ DOT4 = "dot4_u8s8"
 # weight_pairs_fit checked it): what vpmaddubsw (AVX2's u8 x s8 pairs, summed in int16 with
 # saturation) computes exactly
 DOT4_PAIRS_FIT = "dot4_u8s8_pairs_fit"
-DOT4_NAMES = (DOT4, DOT4_PAIRS_FIT)
+# Call(DOT2, (x0, x1, w), "int32"): int16 x0 times the low int16 half of int32 w plus x1 times its
+# high half, exact in int32 (neither product is (-2^15)^2): the same step over 8-bit values widened to
+# 16 bits, which vpmaddwd computes exactly where vpmaddubsw's pairs could saturate
+DOT2 = "dot2_s16"
+DOT_NAMES = (DOT4, DOT4_PAIRS_FIT, DOT2)
+# the x values one int32 of packed weights multiplies, by the x's dtype
+DOT_WIDTH = {"uint8": 4, "int16": 2}
 
 
-def dot4(xs: Sequence[Expr], w: Expr, pairs_fit: bool = False) -> Call:
-    if len(xs) != 4 or any(x.dtype != "uint8" for x in xs) or w.dtype != "int32":
-        raise ValueError(f"{DOT4} takes four uint8 values and an int32 of four packed int8 weights")
+def int_dot(xs: Sequence[Expr], w: Expr, pairs_fit: bool = False) -> Call:
+    """The integer conv's step over `xs` (four uint8 values: DOT4, or two int16: DOT2) and int32 `w`
+    (the weights packed to match); `pairs_fit` makes DOT4 DOT4_PAIRS_FIT."""
+    dtype = xs[0].dtype if xs else ""
+    if dtype not in DOT_WIDTH or len(xs) != DOT_WIDTH[dtype] or any(x.dtype != dtype for x in xs):
+        raise ValueError("an integer dot step takes four uint8 or two int16 values")
+    if w.dtype != "int32":
+        raise ValueError(f"an integer dot step's weights are packed in an int32, got {w.dtype}")
+    if dtype == "int16":
+        return Call(DOT2, (*xs, w), "int32")
     return Call(DOT4_PAIRS_FIT if pairs_fit else DOT4, (*xs, w), "int32")
 
 

@@ -1,6 +1,6 @@
 """A quantized model's integer conv is a tuning task like any conv: random schedules from its space
-compute the reference (the graph interpreter's exact integer sums) on random uint8 inputs and
-weights, and the features extract."""
+compute the reference (the graph interpreter's exact integer sums) on random 8-bit inputs (bytes,
+or widened to int16 for a target without VNNI) and weights, and the features extract."""
 
 from __future__ import annotations
 
@@ -11,20 +11,25 @@ import pytest
 
 from compiler.ops.conv2d_int8 import OP
 from compiler.pipeline import CompileOptions
-from tests.compiler.graph.test_quantized_kernels import HAS_VNNI, _qdq_conv
+from tests.compiler.graph.test_quantized_kernels import AVX2, HAS_AVX2, HAS_VNNI, _qdq_conv
 from tests.tuner.test_space import run_candidate
 from tuner.features import N_FEATURES, extract
 from tuner.space import sample
 from tuner.task import extract_tasks
 
 
-@pytest.mark.skipif(not HAS_VNNI, reason="no VNNI at this host's vector width: quantized convs stay float")
-def test_random_schedules_of_an_integer_conv_compute_its_reference() -> None:
-    model, _ = _qdq_conv(c=32, oc=48, hw=12)
-    tasks = extract_tasks(model.SerializeToString(), CompileOptions())
+@pytest.mark.parametrize("target", ["host", AVX2], ids=["host", "avx2"])
+def test_random_schedules_of_an_integer_conv_compute_its_reference(target: str) -> None:
+    if target == "host" and not HAS_VNNI:
+        pytest.skip("no VNNI at this host's vector width: the AVX2 case covers its int16 kernel")
+    if target == AVX2 and not HAS_AVX2:
+        pytest.skip("this host has no AVX2, which code for the AVX2 target needs")
+    model, _ = _qdq_conv(c=32, oc=48, hw=12, stride=2)  # strided: integer without VNNI too
+    tasks = extract_tasks(model.SerializeToString(), CompileOptions(target=target))
     (task,) = [t for t in tasks if t.workload.anchor_op == OP]
     inputs = task.inputs(seed=1)
-    assert any(v.dtype == np.uint8 and v.max() > 128 for v in inputs.values())  # the whole uint8 range
+    stored = np.uint8 if target == "host" else np.int16  # 8-bit weights without VNNI: widened
+    assert any(v.dtype == stored and v.max() > 128 for v in inputs.values())  # the whole uint8 range
     rng = random.Random(0)
     seen = 0
     for _ in range(12):

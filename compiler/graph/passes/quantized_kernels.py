@@ -4,7 +4,11 @@ on an 8-bit grid per output channel (per column) runs as conv2d_nchwc_u8s8 (matm
 compiler/ops/conv2d_int8.py and matmul_int8.py) where the target has an instruction for u8 x s8
 products faster than float32's (Target.dot_instructions): VNNI's vpdpbusd for any 8-bit weights;
 without VNNI, vpmaddubsw, whose int16 pair sums saturate, for weights whose pairs cannot (7-bit
-weights always: onnxruntime's reduce_range, which it advises for such CPUs).
+weights always: onnxruntime's reduce_range, which it advises for such CPUs), and for other weights
+vpmaddwd over the integers widened to int16 (stored so by the producing kernel): exact, two
+products per lane where an FMA does one, and half of float's bytes to read, which pays for convs
+bound by their reads (pointwise, strided); a stride-1 3x3 conv keeps float32's FMAs busy, and there
+stays float (measured on Zen 3).
 
 A QDQ model (onnxruntime's static quantization) reaches this pass as float arithmetic: the frontend
 computes QuantizeLinear as clip(round(x / s) + z) on the integer grid and DequantizeLinear as
@@ -16,14 +20,16 @@ the conv computes sum (q - z) * s * w with w = k * s_w[oc], k an 8-bit integer, 
 where sum q * k is an exact int32 sum of u8 x s8 products (q shifted onto 0..255: an int8 grid moves
 by 128, its zero point with it) and sum k, over a channel's weights, is a constant. The pass makes
 the integers uint8 (a cast after the clip, which the producing kernel's epilogue stores: a quarter
-of the bytes), the conv the integer conv padded with z (the integer that stands for 0), and the
-rest the float epilogue (z * sum k subtracted in int32, then the scale) that fuses into the
-kernel with the conv's own epilogue. The products are exact where the float conv rounds them.
+of the bytes; int16 where a reader takes vpmaddwd, half), the conv the integer conv padded with z
+(the integer that stands for 0), and the rest the float epilogue (z * sum k subtracted in int32,
+then the scale) that fuses into the kernel with the conv's own epilogue. The products are exact
+where the float conv rounds them.
 
 `why_float` gives the reason a conv or matmul stays float: not on such a target, its input not a
-quantized tensor (or quantized per channel), its weight not a constant on an 8-bit grid (or, without
-VNNI, one whose pairs could saturate), a grouped conv, an input block (a reduction) not a multiple of
-four (a conv blocked right from planar, a network's first conv of 3 channels, is blocked by 4 instead).
+quantized tensor (or quantized per channel), its weight not a constant on an 8-bit grid, a grouped
+conv, an input block (a reduction) not a multiple of four (a conv blocked right from planar, a
+network's first conv of 3 channels, is blocked by 4 instead), a stride-1 window that would run
+widened. `verdict` says which step one runs on.
 """
 
 from __future__ import annotations
@@ -39,15 +45,22 @@ from compiler.ops import conv2d_int8, matmul_int8
 from compiler.ops.conv2d_blocked import unpack_weight
 from compiler.ops.conv2d_int8 import DOT, PAIRS_FIT, pack_weight_u8s8, weight_pairs_fit
 from compiler.ops.matmul_int8 import pack_matmul_u8s8
-from compiler.tensor_type import TensorType
+from compiler.tensor_type import DTYPES, TensorType
+from compiler.tir.ir import DOT_WIDTH
 
 # graph op -> the op this pass may turn it into (`temper explain` lists the implementations)
 REWRITES = {"conv2d_nchwc": conv2d_int8.OP, "matmul": matmul_int8.OP}
 INTEGER_CONV = "runs on 8-bit integers (u8 x s8 dot products summed in int32, the scales after)"
+WIDENED_CONV = (
+    "runs on 8-bit integers widened to 16 bits (vpmaddwd, exact, the scales after): its weight's "
+    "pairs could saturate the 16-bit sums of vpmaddubsw, the target's u8 x s8 instruction without VNNI "
+    "(7-bit weights fit it: onnxruntime's reduce_range)"
+)
 NO_INSTRUCTION = "the target has no u8 x s8 dot-product instruction at its vector width"
-PAIRS_SATURATE = (
-    "its weight's pairs could saturate the 16-bit sums of vpmaddubsw, the target's u8 x s8 instruction "
-    "without VNNI (7-bit weights fit: onnxruntime's reduce_range)"
+WINDOW_STAYS_FLOAT = (
+    "its weight's pairs could saturate vpmaddubsw (the target has no VNNI), and a stride-1 window "
+    "wider than 1x1 ran faster on float32's FMAs than on vpmaddwd over int16; pointwise and strided "
+    "convs, bound by their reads more than by their multiplies, run widened"
 )
 # how far from an integer a weight divided by its channel's step may be and still lie on the grid
 # (the frontend folded k * s_w in float32: a few units in the last place of k)
@@ -180,6 +193,12 @@ class IntegerPlan:
     steps: np.ndarray
     pairs_fit: bool  # vpmaddubsw's pairs cannot saturate (set where the target computes with it)
     in_block: int = 0  # a conv's input re-blocked by this many channels from planar (0: as it is)
+    wide: bool = False  # its input's integers widened to int16 (vpmaddwd: DOT2)
+
+    @property
+    def stored(self) -> str:
+        """The dtype its input's integers are stored in."""
+        return "int16" if self.wide else "uint8"
 
 
 def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
@@ -222,9 +241,17 @@ def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
     if instruction == "vpmaddubsw":
         # the reduction last: a conv's input channels, a matmul's rows (ks holds its columns first)
         pairs_fit = weight_pairs_fit(ks if call.op == "matmul" else ks.transpose(0, 2, 3, 1), found.top)
-        if not pairs_fit:
-            return PAIRS_SATURATE
-    return IntegerPlan(found, ks, steps, pairs_fit, in_block)
+    wide = instruction == "vpmaddubsw" and not pairs_fit
+    if wide and call.op != "matmul" and _dense_window(call):
+        return WINDOW_STAYS_FLOAT
+    return IntegerPlan(found, ks, steps, pairs_fit, in_block, wide)
+
+
+def _dense_window(conv: Call) -> bool:
+    """A stride-1 conv over a window wider than one value (3x3, 5x5): float32's FMAs reuse each input
+    across the window and keep the vector pipes as busy as vpmaddwd would."""
+    kh, kw = conv.args[1].type.shape[2:4]
+    return tuple(conv.attr("strides", (1, 1))) == (1, 1) and kh * kw > 1
 
 
 def why_float(call: Call, x: Expr, instruction: str | None) -> str | None:
@@ -234,8 +261,31 @@ def why_float(call: Call, x: Expr, instruction: str | None) -> str | None:
     return plan if isinstance(plan, str) else None
 
 
-def as_bytes(clip: Call, lo: int) -> Call:
-    """The quantized integers as uint8 (shifted by -lo onto 0..255): what the producing kernel stores."""
+def integer_plans(graph: Graph, instruction: str | None) -> dict[int, IntegerPlan]:
+    """The plan of every conv and matmul of `graph` the rule admits, by id. A quantized tensor is
+    stored once: where one of its readers takes it widened to int16, all of them do."""
+    plans: dict[int, IntegerPlan] = {}
+    for call in graph.calls():
+        plan = plan_for(call, call.args[0], instruction)
+        if not isinstance(plan, str):
+            plans[id(call)] = plan
+    wide = {id(plan.input.clip) for plan in plans.values() if plan.wide}
+    return {
+        key: dataclasses.replace(plan, wide=True, pairs_fit=False) if id(plan.input.clip) in wide else plan
+        for key, plan in plans.items()
+    }
+
+
+def verdict(plan: IntegerPlan | str) -> str:
+    """What a conv or matmul runs on, as `temper explain` says it."""
+    if isinstance(plan, str):
+        return f"stays float: {plan}"
+    return WIDENED_CONV if plan.wide else INTEGER_CONV
+
+
+def as_bytes(clip: Call, lo: int, dtype: str = "uint8") -> Call:
+    """The quantized integers as uint8, or int16 (shifted by -lo onto 0..255): what the producing
+    kernel stores."""
     q: Expr = clip
     if lo:
         q = Call(
@@ -245,9 +295,8 @@ def as_bytes(clip: Call, lo: int) -> Call:
             clip.type,
             f"{clip.name}.shift",
         )
-    return Call(
-        "cast", (q,), attrs_of({"to": "uint8"}), TensorType(clip.type.shape, "uint8"), f"{clip.name}.u8"
-    )
+    stored = TensorType(clip.type.shape, dtype)
+    return Call("cast", (q,), attrs_of({"to": dtype}), stored, f"{clip.name}.{DTYPES[dtype]}")
 
 
 def from_bytes(stored: Call, lo: int, like: Call) -> Expr:
@@ -265,10 +314,11 @@ def from_bytes(stored: Call, lo: int, like: Call) -> Expr:
 
 
 def _moved(stored: Expr, plan: QuantizedInput) -> Expr:
-    """The stored bytes moved as the dequantized input was on its way to the conv or matmul."""
+    """The stored integers moved as the dequantized input was on its way to the conv or matmul."""
+    dtype = stored.type.dtype
     for move in reversed(plan.moves):
-        moved = TensorType(move.type.shape, "uint8")
-        stored = Call(move.op, (stored, *move.args[1:]), move.attrs, moved, f"{move.name}.u8")
+        moved = TensorType(move.type.shape, dtype)
+        stored = Call(move.op, (stored, *move.args[1:]), move.attrs, moved, f"{move.name}.{DTYPES[dtype]}")
     return stored
 
 
@@ -294,14 +344,16 @@ def as_integer_conv(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
     float epilogue."""
     w = call.args[1]
     ocb, ib, ob = w.type.shape[0], w.type.shape[4], w.type.shape[5]
-    weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(plan.ks, plan.in_block or ib, ob))
+    width = DOT_WIDTH[plan.stored]
+    weight = Const(f"{w.name}.u8s8", pack_weight_u8s8(plan.ks, plan.in_block or ib, ob, width))
     attrs = attrs_of(dict(call.attr_dict, x_zero=plan.input.zero - plan.input.lo, **_pairs(plan)))
     if plan.in_block:  # the last move, planar to blocked, blocks by in_block instead
         planar = _moved(stored, dataclasses.replace(plan.input, moves=plan.input.moves[1:]))
         n, c, h, wd = planar.type.shape
-        blocked = TensorType((n, -(-c // plan.in_block), h, wd, plan.in_block), "uint8")
+        blocked = TensorType((n, -(-c // plan.in_block), h, wd, plan.in_block), plan.stored)
         layout = attrs_of({"src_layout": "NCHW", "dst_layout": f"NCHW{plan.in_block}c"})
-        x: Expr = Call("layout_transform", (planar,), layout, blocked, f"{call.name}.input_u8")
+        name = f"{call.name}.input_{DTYPES[plan.stored]}"
+        x: Expr = Call("layout_transform", (planar,), layout, blocked, name)
     else:
         x = _moved(stored, plan.input)
     sums = Call(conv2d_int8.OP, (x, weight), attrs, TensorType(call.type.shape, "int32"), call.name)
@@ -311,7 +363,8 @@ def as_integer_conv(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
 def as_integer_matmul(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
     """matmul(dequantized a, w) as the integer matmul over `stored` and its float epilogue (per column)."""
     w = call.args[1]
-    weight = Const(f"{w.name}.u8s8", pack_matmul_u8s8(np.ascontiguousarray(plan.ks.T)))
+    packed = pack_matmul_u8s8(np.ascontiguousarray(plan.ks.T), DOT_WIDTH[plan.stored])
+    weight = Const(f"{w.name}.u8s8", packed)
     x = _moved(stored, plan.input)
     attrs = attrs_of(_pairs(plan))
     sums = Call(matmul_int8.OP, (x, weight), attrs, TensorType(call.type.shape, "int32"), call.name)
@@ -321,23 +374,19 @@ def as_integer_matmul(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
 def integer_kernels(graph: Graph, instruction: str | None) -> Graph:
     """Every blocked conv and matmul the rule admits on an integer kernel (none where `instruction`,
     the target's at the layout's vector width, is None). Each quantized tensor such
-    a kernel reads is stored once as bytes: every other reader of its integers (a residual add's
+    a kernel reads is stored once, as bytes or int16: every other reader of its integers (a residual add's
     dequantization) reads them back from those bytes, so no float copy is written beside them."""
     if instruction is None:
         return graph
-    plans: dict[int, IntegerPlan] = {}
-    for call in graph.calls():
-        plan = plan_for(call, call.args[0], instruction)
-        if not isinstance(plan, str):
-            plans[id(call)] = plan
-    lows = {id(plan.input.clip): plan.input.lo for plan in plans.values()}
+    plans = integer_plans(graph, instruction)
+    kept = {id(plan.input.clip): plan for plan in plans.values()}  # clip -> how it is stored
     stored: dict[int, Call] = {}  # clip -> its bytes
 
     def rule(call: Call, args: tuple[Expr, ...]) -> Expr | None:
-        if id(call) in lows:
-            clip = Call(call.op, args, call.attrs, call.type, call.name)
-            stored[id(call)] = as_bytes(clip, lows[id(call)])
-            return from_bytes(stored[id(call)], lows[id(call)], clip)
+        if id(call) in kept:
+            clip, lo = Call(call.op, args, call.attrs, call.type, call.name), kept[id(call)].input.lo
+            stored[id(call)] = as_bytes(clip, lo, kept[id(call)].stored)
+            return from_bytes(stored[id(call)], lo, clip)
         plan = plans.get(id(call))
         if plan is None:
             return None

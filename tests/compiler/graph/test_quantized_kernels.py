@@ -1,11 +1,13 @@
 """The quantized_kernels pass: which blocked convs of a QDQ model run on the 8-bit integer kernel, why
 the others stay float, and that the integer conv computes the quantized model's result (interpreted
 on any host; compiled against onnxruntime: with VNNI on a host that has it, with AVX2's vpmaddubsw
-for 7-bit weights on every x86 host of AVX2)."""
+for 7-bit weights on every x86 host of AVX2, and with vpmaddwd over int16 for 8-bit weights there,
+against the float graph)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -18,8 +20,13 @@ from compiler.graph.ir import Call, Graph
 from compiler.graph.passes.quantized_kernels import (
     INTEGER_CONV,
     NO_INSTRUCTION,
-    PAIRS_SATURATE,
+    WIDENED_CONV,
+    WINDOW_STAYS_FLOAT,
+    IntegerPlan,
     integer_kernels,
+    integer_plans,
+    plan_for,
+    verdict,
     weight_grid,
     why_float,
 )
@@ -39,6 +46,7 @@ VNNI = "vpdpbusd"
 # a named AVX2 CPU: no VNNI by its name, so vpmaddubsw (its code runs on any AVX2 host)
 AVX2 = "x86-64-v3"
 HAS_AVX2 = "avx2" in host_target().required_features
+ORT_SATURATES = "no VNNI on this host: onnxruntime sums 8-bit weights' pairs with saturation here"
 
 
 def _qdq_conv(
@@ -146,7 +154,7 @@ def test_the_integer_conv_computes_what_the_float_conv_does(case: str) -> None:
     _within_one_step(np.asarray(got), np.asarray(want))
 
 
-@pytest.mark.skipif(not HAS_VNNI, reason="no VNNI at this host's vector width: quantized convs stay float")
+@pytest.mark.skipif(not HAS_VNNI, reason=ORT_SATURATES)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_qdq_conv_compiles_to_the_integer_kernel_and_matches_onnxruntime(case: str, tmp_path: Path) -> None:
     model, feeds = _qdq_conv(**CASES[case])  # type: ignore[arg-type]
@@ -224,7 +232,7 @@ def test_a_quantized_tensor_is_stored_once_as_bytes_for_every_reader() -> None:
     assert steps.max() <= 1.001 and np.mean(steps < 1e-3) > 0.99
 
 
-@pytest.mark.skipif(not HAS_VNNI, reason="no VNNI at this host's vector width: quantized convs stay float")
+@pytest.mark.skipif(not HAS_VNNI, reason=ORT_SATURATES)
 def test_a_residual_block_compiles_and_matches_onnxruntime(tmp_path: Path) -> None:
     model, feeds = _residual_block()
     compile_model(model.SerializeToString(), CompileOptions(opt_level=3)).save(tmp_path / "b.temper")
@@ -338,11 +346,17 @@ def test_a_float_models_convs_are_left_alone() -> None:
 def test_explain_says_which_convs_run_on_integers() -> None:
     from compiler.explain import explain_model
 
-    report = explain_model(_qdq_conv()[0].SerializeToString(), CompileOptions(opt_level=3))
-    (conv,) = [k for k in report.kernels if any(n.node == "conv" for n in k.nodes)]
-    reason = {VNNI: None, "vpmaddubsw": PAIRS_SATURATE, None: NO_INSTRUCTION}[HOST_DOT]
-    want = f"quantized_kernels: {INTEGER_CONV if reason is None else 'stays float: ' + reason}"
-    assert want in conv.why
+    def why(model: onnx.ModelProto, target: str) -> list[str]:
+        report = explain_model(model.SerializeToString(), CompileOptions(opt_level=3, target=target))
+        (conv,) = [k for k in report.kernels if any(n.node == "conv" for n in k.nodes)]
+        return conv.why
+
+    window = {VNNI: INTEGER_CONV, "vpmaddubsw": f"stays float: {WINDOW_STAYS_FLOAT}"}
+    window[None] = f"stays float: {NO_INSTRUCTION}"
+    assert f"quantized_kernels: {window[HOST_DOT]}" in why(_qdq_conv()[0], "host")
+    pointwise = _qdq_conv(**CASES["strided_1x1"])[0]  # type: ignore[arg-type]
+    assert f"quantized_kernels: {WIDENED_CONV}" in why(pointwise, AVX2)
+    assert f"quantized_kernels: {INTEGER_CONV}" in why(_qdq_conv(weight_bits=7)[0], AVX2)
 
 
 def test_weights_on_a_per_channel_grid_are_found_and_others_are_not() -> None:
@@ -398,17 +412,81 @@ def test_weight_pairs_fit_where_no_pair_can_saturate_int16() -> None:
     assert weight_pairs_fit(np.array([[100]], np.int8), 255)  # an odd reduction pairs its last with 0
 
 
-def test_without_vnni_7_bit_weights_run_on_integers_and_8_bit_weights_say_why_not() -> None:
+def test_without_vnni_7_bit_weights_run_on_bytes_and_8_bit_weights_on_int16() -> None:
     seven = _on(AVX2, _qdq_conv(weight_bits=7)[0])
     (conv,) = [c for c in seven.calls() if c.op == OP]
-    assert conv.attr(PAIRS_FIT) == 1
-    eight = _on(AVX2, _qdq_conv()[0])
-    assert not [c for c in eight.calls() if c.op == OP]
-    (blocked,) = _blocked_convs(_before_pass_on(AVX2, _qdq_conv()[0]))
-    assert why_float(blocked, blocked.args[0], "vpmaddubsw") == PAIRS_SATURATE
-    assert why_float(blocked, blocked.args[0], VNNI) is None
+    assert conv.attr(PAIRS_FIT) == 1 and conv.args[0].type.dtype == "uint8"
+    pointwise = _qdq_conv(**CASES["strided_1x1"])[0]  # type: ignore[arg-type]
+    (conv,) = [c for c in _on(AVX2, pointwise).calls() if c.op == OP]
+    assert conv.attr(PAIRS_FIT, 0) == 0 and conv.args[0].type.dtype == "int16"
+    (blocked,) = _blocked_convs(_before_pass_on(AVX2, pointwise))
+    plan = plan_for(blocked, blocked.args[0], "vpmaddubsw")
+    assert isinstance(plan, IntegerPlan) and plan.wide and verdict(plan) == WIDENED_CONV
+    plan = plan_for(blocked, blocked.args[0], VNNI)
+    assert isinstance(plan, IntegerPlan) and not plan.wide and verdict(plan) == INTEGER_CONV
+    # a stride-1 3x3 conv of 8-bit weights stays float there (its FMAs are as fast), and says why
+    assert not [c for c in _on(AVX2, _qdq_conv()[0]).calls() if c.op == OP]
+    (window,) = _blocked_convs(_before_pass_on(AVX2, _qdq_conv()[0]))
+    assert why_float(window, window.args[0], "vpmaddubsw") == WINDOW_STAYS_FLOAT
+    assert why_float(window, window.args[0], VNNI) is None
     (matmul,) = [c for c in _on(AVX2, _qdq_matmul(weight_bits=7)[0]).calls() if c.op == MATMUL]
     assert matmul.attr(PAIRS_FIT) == 1
+    (matmul,) = [c for c in _on(AVX2, _qdq_matmul()[0]).calls() if c.op == MATMUL]
+    assert matmul.args[0].type.dtype == "int16"
+
+
+def _two_readers(seed: int = 8) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """One quantized tensor read by two pointwise QDQ convs, one of 7-bit weights and one of 8-bit,
+    summed."""
+    rng = np.random.default_rng(seed)
+    c = 16
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="d"),
+    ]
+    for name, half in (("seven", 64), ("eight", 128)):
+        inits += [
+            numpy_helper.from_array(rng.integers(-half, half, (c, c, 1, 1)).astype(np.int8), f"{name}_q"),
+            numpy_helper.from_array(rng.uniform(5e-4, 2e-3, c).astype(np.float32), f"{name}_s"),
+            numpy_helper.from_array(np.zeros(c, np.int8), f"{name}_z"),
+        ]
+        nodes += [
+            helper.make_node(
+                "DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_w"], axis=0
+            ),
+            helper.make_node("Conv", ["d", f"{name}_w"], [name], name=name),
+        ]
+    nodes.append(helper.make_node("Add", ["seven", "eight"], ["y"], name="sum"))
+    graph = helper.make_graph(
+        nodes,
+        "two_readers",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 6, 6])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, {"x": (rng.standard_normal((1, c, 6, 6)) * 1.5).astype(np.float32)}
+
+
+def test_a_tensor_read_widened_by_one_conv_is_stored_as_int16_for_both() -> None:
+    """Its 7-bit conv alone would take bytes; its 8-bit sibling needs int16: stored once, as int16,
+    and both convs read it so (explain says so for each)."""
+    model, feeds = _two_readers()
+    graph = _before_pass_on(AVX2, model)
+    plans = integer_plans(graph, "vpmaddubsw")
+    assert len(plans) == 2 and all(p.wide and not p.pairs_fit for p in plans.values())
+    rewritten = integer_kernels(graph, "vpmaddubsw")
+    casts = [c for c in rewritten.calls() if c.op == "cast" and c.attr("to") in ("uint8", "int16")]
+    assert [c.attr("to") for c in casts] == ["int16"]
+    assert [c.args[0].type.dtype for c in rewritten.calls() if c.op == OP] == ["int16", "int16"]
+    (want,) = run_graph(graph, feeds).values()
+    (got,) = run_graph(rewritten, feeds).values()
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def _llvm_ir(target: str, model: onnx.ModelProto) -> str:
@@ -459,3 +537,69 @@ def test_the_op_checks_its_pairs_fit_attribute() -> None:
     get(OP).infer([x, w], {**attrs, PAIRS_FIT: 1})
     with pytest.raises(Exception, match=PAIRS_FIT):
         get(OP).infer([x, w], {**attrs, PAIRS_FIT: 2})
+
+
+def _compiled_for_avx2(model: onnx.ModelProto, tmp_path: Path, **options: Any) -> tuple[dict[str, Any], Path]:
+    compiled = compile_model(model.SerializeToString(), CompileOptions(opt_level=3, target=AVX2, **options))
+    path = tmp_path / f"{len(list(tmp_path.iterdir()))}.temper"
+    compiled.save(path)
+    return compiled.manifest, path
+
+
+# the convs that run widened: pointwise or strided
+WIDENED = {name: case for name, case in CASES.items() if case.get("k") == 1 or case.get("stride", 1) > 1}
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="this host has no AVX2, which code for the AVX2 target needs")
+@pytest.mark.parametrize("case", sorted(WIDENED))
+def test_8_bit_weights_compile_to_vpmaddwd_and_give_the_float_graphs_result(
+    case: str, tmp_path: Path
+) -> None:
+    """An AVX2 CPU by name, 8-bit weights: the integer conv reads int16 and steps by vpmaddwd, and gives
+    what the same model compiled in float gives (onnxruntime on such a CPU sums with saturation, so
+    the float graph is the reference here), every output on the output grid."""
+    model, feeds = _qdq_conv(**WIDENED[case])  # type: ignore[arg-type]
+    code = _llvm_ir(AVX2, model)
+    assert "llvm.x86.avx2.pmadd.wd" in code and "pmadd.ub.sw" not in code and "vpdpbusd" not in code
+    manifest, integer = _compiled_for_avx2(model, tmp_path)
+    assert any(k["name"].startswith(f"fused_{OP}") for k in manifest["kernels"])
+    _, floating = _compiled_for_avx2(model, tmp_path, disabled_passes={"quantized_kernels"})
+    (got,) = compiler.runtime.load(integer).run(feeds).values()
+    (want,) = compiler.runtime.load(floating).run(feeds).values()
+    _within_one_step(got, want)
+    (interpreted,) = run_graph(_before_pass_on(AVX2, model), feeds).values()
+    _within_one_step(got, np.asarray(interpreted))
+    steps = got / np.float32(OUT_SCALE)
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="this host has no AVX2, which code for the AVX2 target needs")
+def test_an_8_bit_matmul_and_a_shared_input_compile_to_vpmaddwd(tmp_path: Path) -> None:
+    for model, feeds in (_qdq_matmul(), _two_readers()):
+        assert "llvm.x86.avx2.pmadd.wd" in _llvm_ir(AVX2, model)
+        _, integer = _compiled_for_avx2(model, tmp_path)
+        _, floating = _compiled_for_avx2(model, tmp_path, disabled_passes={"quantized_kernels"})
+        (got,) = compiler.runtime.load(integer).run(feeds).values()
+        (want,) = compiler.runtime.load(floating).run(feeds).values()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_the_op_takes_int16_inputs_with_weights_packed_by_two() -> None:
+    rng = np.random.default_rng(9)
+    w = rng.integers(-128, 128, (20, 12, 3, 3)).astype(np.int8)
+    packed = pack_weight_u8s8(w, 8, 16, width=2)
+    assert packed.dtype == np.int32 and packed.shape == (2, 2, 3, 3, 4, 16)
+    np.testing.assert_array_equal(unpack_weight_u8s8(packed, width=2)[:20, :12], w)
+    rows = rng.integers(-128, 128, (22, 7)).astype(np.int8)
+    np.testing.assert_array_equal(unpack_matmul_u8s8(pack_matmul_u8s8(rows, 2), 2), rows)
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "groups": 1, "x_zero": 3}
+    x, weight = TensorType((1, 2, 5, 5, 8), "int16"), TensorType(packed.shape, "int32")
+    assert get(OP).infer([x, weight], attrs) == TensorType((1, 2, 5, 5, 16), "int32")
+    with pytest.raises(Exception, match=PAIRS_FIT):
+        get(OP).infer([x, weight], {**attrs, PAIRS_FIT: 1})
+    with pytest.raises(Exception, match="do not match"):
+        get(OP).infer([TensorType(x.shape, "uint8"), weight], attrs)  # bytes take weights packed by four
+    x_bytes = rng.integers(0, 256, (1, 2, 5, 5, 8))
+    sums = get(OP).reference([x_bytes.astype(np.int16), packed], attrs)
+    by_four = pack_weight_u8s8(w, 8, 16)
+    np.testing.assert_array_equal(sums, get(OP).reference([x_bytes.astype(np.uint8), by_four], attrs))
