@@ -229,12 +229,27 @@ def host_llc_bytes() -> int:
     return host_cache_bytes(3) or host_cache_bytes(2) * (os.cpu_count() or 1) or DEFAULT_LLC_BYTES
 
 
+# LLVM options temper's code generation sets for the whole process, where LLVM has them (x86 hosts).
+# X86's machine combiner reassociates chains of integer vector adds to shorten their latency: in an
+# integer dot kernel's unrolled step (a vpmaddwd, or vpmaddubsw and vpmaddwd, then a vpaddd into the
+# accumulator) it adds pairs of products into temporaries first, and the register tile, sized for
+# one temporary, spills to the stack every step. Float kernels ran no slower without it: their FMAs
+# are never reassociated, and their sums are vectorized by the schedule already.
+X86_LLVM_OPTIONS = ("-x86-machine-combiner=false",)
+
+
+@functools.cache
 def init_llvm() -> None:
-    """Register LLVM's native target and printer (idempotent)."""
+    """Register LLVM's native target and printer, and set X86_LLVM_OPTIONS on an x86 host (once per
+    process: a worker process runs it again for itself)."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    if llvm.get_process_triple().split("-", 1)[0] in ("x86_64", "i386", "i686"):
+        # an option LLVM does not know ends the process, so only where the X86 backend is native
+        for option in X86_LLVM_OPTIONS:
+            llvm.set_option("temper", option)
 
 
 def host_target() -> Target:

@@ -34,7 +34,7 @@ from compiler.ops.conv2d_int8 import OP, PAIRS_FIT, pack_weight_u8s8, unpack_wei
 from compiler.ops.matmul_int8 import OP as MATMUL
 from compiler.ops.matmul_int8 import pack_matmul_u8s8, unpack_matmul_u8s8
 from compiler.ops.registry import get
-from compiler.pipeline import Build, CompileOptions, compile_model, run_stages
+from compiler.pipeline import Build, CompileOptions, compile_model, inspect_model, run_stages
 from compiler.target import host_target
 from compiler.tensor_type import TensorType
 from tests.compiler.frontend.onnx_check import run_ort
@@ -603,3 +603,39 @@ def test_the_op_takes_int16_inputs_with_weights_packed_by_two() -> None:
     sums = get(OP).reference([x_bytes.astype(np.int16), packed], attrs)
     by_four = pack_weight_u8s8(w, 8, 16)
     np.testing.assert_array_equal(sums, get(OP).reference([x_bytes.astype(np.uint8), by_four], attrs))
+
+
+def _loops_stepping_by(asm: str, instruction: str) -> list[list[str]]:
+    """The innermost loops of `asm` (a label and the backward branch to it) whose body issues
+    `instruction`: each as its lines."""
+    lines = asm.splitlines()
+    loops = []
+    for start, line in enumerate(lines):
+        label = line.strip()
+        if not (label.startswith(".LBB") and label.endswith(":")):
+            continue
+        target = label[:-1]
+        for end in range(start + 1, len(lines)):
+            words = lines[end].split()
+            if len(words) == 2 and words[0].startswith("j") and words[1] == target:
+                body = lines[start + 1 : end]
+                inner = not any(b.strip().startswith(".LBB") and b.strip().endswith(":") for b in body)
+                if inner and any(instruction in b for b in body):
+                    loops.append(body)
+                break
+    return loops
+
+
+@pytest.mark.parametrize(("c", "oc", "k", "stride"), [(256, 64, 1, 1), (128, 128, 3, 2)])
+def test_the_widened_convs_step_keeps_its_register_tile_in_registers(
+    c: int, oc: int, k: int, stride: int
+) -> None:
+    """On an AVX2 CPU without VNNI (Zen 3, 16 vector registers), the loop stepping a widened conv by
+    vpmaddwd reads its inputs and weights and never the stack: its accumulators stay in registers
+    (LLVM's X86 machine combiner, reassociating the vpaddd chain, spilled them every step)."""
+    model, _ = _qdq_conv(c, oc, 14, k, stride)
+    asm = inspect_model(model.SerializeToString(), "asm", CompileOptions(opt_level=3, target="znver3"))
+    loops = _loops_stepping_by(asm, "vpmaddwd")
+    assert loops, "no loop steps by vpmaddwd"
+    for body in loops:
+        assert not [line for line in body if "(%rsp)" in line], "\n".join(body)
