@@ -255,10 +255,11 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
     if "quantized_kernels" in by_pass:
         before = fr.after_pass[names.index("quantized_kernels") - 1][1]
         dot = fr.target.dot_instructions.get(block)
-        plans = integer_plans(before, dot)
+        bar = flops_bar(fr.target)
+        plans = integer_plans(before, dot, bar)
         for call in before.calls():
             if call.op in QUANTIZED_REWRITES and not isinstance(quantized_input(call.args[0]), str):
-                plan = plans.get(id(call)) or plan_for(call, call.args[0], dot)
+                plan = plans.get(id(call)) or plan_for(call, call.args[0], dot, bar)
                 out.setdefault(call.name, []).append(f"quantized_kernels: {integer_verdict(plan)}")
     if "pointwise_conv_rows" in by_pass:
         before = fr.after_pass[names.index("pointwise_conv_rows") - 1][1]

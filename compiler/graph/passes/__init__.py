@@ -71,7 +71,7 @@ def _alter_layout(graph: Graph, ctx: PassContext) -> Graph:
 
 
 def _quantized_kernels_pass(graph: Graph, ctx: PassContext) -> Graph:
-    return integer_kernels(graph, ctx.dot_instruction)
+    return integer_kernels(graph, ctx.dot_instruction, ctx.winograd_bar)
 
 
 def _conv_algorithm(graph: Graph, ctx: PassContext) -> Graph:

@@ -6,9 +6,9 @@ products faster than float32's (Target.dot_instructions): VNNI's vpdpbusd for an
 without VNNI, vpmaddubsw, whose int16 pair sums saturate, for weights whose pairs cannot (7-bit
 weights always: onnxruntime's reduce_range, which it advises for such CPUs), and for other weights
 vpmaddwd over the integers widened to int16 (stored so by the producing kernel): exact, two
-products per lane where an FMA does one, and half of float's bytes to read, which pays for convs
-bound by their reads (pointwise, strided); a stride-1 3x3 conv keeps float32's FMAs busy, and there
-stays float (measured on Zen 3).
+products per lane where an FMA does one, and half of float's bytes to read. A stride-1 3x3 conv that
+runs as Winograd in float stays float there, where Winograd saves more than the widened conv would
+(`winograd_beats_widened`); every other conv runs widened (measured on Zen 3).
 
 A QDQ model (onnxruntime's static quantization) reaches this pass as float arithmetic: the frontend
 computes QuantizeLinear as clip(round(x / s) + z) on the integer grid and DequantizeLinear as
@@ -28,8 +28,8 @@ where the float conv rounds them.
 `why_float` gives the reason a conv or matmul stays float: not on such a target, its input not a
 quantized tensor (or quantized per channel), its weight not a constant on an 8-bit grid, a grouped
 conv, an input block (a reduction) not a multiple of four (a conv blocked right from planar, a
-network's first conv of 3 channels, is blocked by 4 instead), a stride-1 window that would run
-widened. `verdict` says which step one runs on.
+network's first conv of 3 channels, is blocked by 4 instead), a conv that would run widened where
+its Winograd kernel is faster. `verdict` says which step one runs on.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.graph.ir import Call, Const, Expr, Graph, attrs_of, rewrite
+from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, why_direct
 from compiler.ops import conv2d_int8, matmul_int8
 from compiler.ops.conv2d_blocked import unpack_weight
 from compiler.ops.conv2d_int8 import DOT, PAIRS_FIT, pack_weight_u8s8, weight_pairs_fit
@@ -58,10 +59,17 @@ WIDENED_CONV = (
 )
 NO_INSTRUCTION = "the target has no u8 x s8 dot-product instruction at its vector width"
 WINDOW_STAYS_FLOAT = (
-    "its weight's pairs could saturate vpmaddubsw (the target has no VNNI), and a stride-1 window "
-    "wider than 1x1 ran faster on float32's FMAs than on vpmaddwd over int16; pointwise and strided "
-    "convs, bound by their reads more than by their multiplies, run widened"
+    "its weight's pairs could saturate vpmaddubsw (the target has no VNNI), and it runs as Winograd, "
+    "which saves more than vpmaddwd over int16 would (conv_algorithm's rule at twice its bar)"
 )
+# Winograd's float products against vpmaddwd over int16, for a conv whose weight pairs could saturate
+# vpmaddubsw: the widened conv does the direct conv's products two per lane per instruction, where an
+# FMA does one, and reads half the float weight's bytes; so Winograd keeps such a conv only where it
+# saves twice the FLOPs per weight byte it must save against the direct float conv. Measured on Zen 3:
+# the stride-1 3x3 convs of ResNet-50's 56, 28 and 14-wide planes ran faster as Winograd F(4x4) or
+# F(3x3); its 7-wide layer4 convs (F(2x2), whose weights stream from DRAM) and the convs Winograd
+# cannot run (fewer than 32 channels) ran faster widened.
+WIDENED_BAR_FACTOR = 2
 # how far from an integer a weight divided by its channel's step may be and still lie on the grid
 # (the frontend folded k * s_w in float32: a few units in the last place of k)
 GRID_TOLERANCE = 1e-3
@@ -201,10 +209,12 @@ class IntegerPlan:
         return "int16" if self.wide else "uint8"
 
 
-def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
+def plan_for(
+    call: Call, x: Expr, instruction: str | None, winograd_bar: float = MIN_FLOPS_SAVED_PER_BYTE
+) -> IntegerPlan | str:
     """The integer kernel's plan for this blocked conv or matmul (reading `x`) on a target whose u8 x
     s8 instruction at the layout's width is `instruction` (Target.dot_instructions), else why it
-    stays float."""
+    stays float (`winograd_bar`: the target's conv_algorithm.flops_bar)."""
     if call.op not in REWRITES:
         return "not a blocked conv2d or a matmul"
     if instruction is None:
@@ -242,31 +252,34 @@ def plan_for(call: Call, x: Expr, instruction: str | None) -> IntegerPlan | str:
         # the reduction last: a conv's input channels, a matmul's rows (ks holds its columns first)
         pairs_fit = weight_pairs_fit(ks if call.op == "matmul" else ks.transpose(0, 2, 3, 1), found.top)
     wide = instruction == "vpmaddubsw" and not pairs_fit
-    if wide and call.op != "matmul" and _dense_window(call):
+    if wide and call.op != "matmul" and winograd_beats_widened(call, winograd_bar):
         return WINDOW_STAYS_FLOAT
     return IntegerPlan(found, ks, steps, pairs_fit, in_block, wide)
 
 
-def _dense_window(conv: Call) -> bool:
-    """A stride-1 conv over a window wider than one value (3x3, 5x5): float32's FMAs reuse each input
-    across the window and keep the vector pipes as busy as vpmaddwd would."""
-    kh, kw = conv.args[1].type.shape[2:4]
-    return tuple(conv.attr("strides", (1, 1))) == (1, 1) and kh * kw > 1
+def winograd_beats_widened(conv: Call, winograd_bar: float) -> bool:
+    """Whether this blocked conv runs faster as Winograd in float than widened to int16: conv_algorithm
+    admits it at WIDENED_BAR_FACTOR times the target's bar."""
+    return why_direct(conv, bar=WIDENED_BAR_FACTOR * winograd_bar) is None
 
 
-def why_float(call: Call, x: Expr, instruction: str | None) -> str | None:
+def why_float(
+    call: Call, x: Expr, instruction: str | None, winograd_bar: float = MIN_FLOPS_SAVED_PER_BYTE
+) -> str | None:
     """None when this blocked conv or matmul (reading `x`) runs on an 8-bit integer kernel, else why
     it stays float."""
-    plan = plan_for(call, x, instruction)
+    plan = plan_for(call, x, instruction, winograd_bar)
     return plan if isinstance(plan, str) else None
 
 
-def integer_plans(graph: Graph, instruction: str | None) -> dict[int, IntegerPlan]:
+def integer_plans(
+    graph: Graph, instruction: str | None, winograd_bar: float = MIN_FLOPS_SAVED_PER_BYTE
+) -> dict[int, IntegerPlan]:
     """The plan of every conv and matmul of `graph` the rule admits, by id. A quantized tensor is
     stored once: where one of its readers takes it widened to int16, all of them do."""
     plans: dict[int, IntegerPlan] = {}
     for call in graph.calls():
-        plan = plan_for(call, call.args[0], instruction)
+        plan = plan_for(call, call.args[0], instruction, winograd_bar)
         if not isinstance(plan, str):
             plans[id(call)] = plan
     wide = {id(plan.input.clip) for plan in plans.values() if plan.wide}
@@ -371,14 +384,17 @@ def as_integer_matmul(call: Call, plan: IntegerPlan, stored: Expr) -> Expr:
     return _scaled(sums, plan, call.type, (len(plan.ks),))
 
 
-def integer_kernels(graph: Graph, instruction: str | None) -> Graph:
+def integer_kernels(
+    graph: Graph, instruction: str | None, winograd_bar: float = MIN_FLOPS_SAVED_PER_BYTE
+) -> Graph:
     """Every blocked conv and matmul the rule admits on an integer kernel (none where `instruction`,
-    the target's at the layout's vector width, is None). Each quantized tensor such
+    the target's at the layout's vector width, is None; `winograd_bar` is the target's
+    conv_algorithm.flops_bar). Each quantized tensor such
     a kernel reads is stored once, as bytes or int16: every other reader of its integers (a residual add's
     dequantization) reads them back from those bytes, so no float copy is written beside them."""
     if instruction is None:
         return graph
-    plans = integer_plans(graph, instruction)
+    plans = integer_plans(graph, instruction, winograd_bar)
     kept = {id(plan.input.clip): plan for plan in plans.values()}  # clip -> how it is stored
     stored: dict[int, Call] = {}  # clip -> its bytes
 

@@ -17,9 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 import compiler.runtime
 from compiler.graph.interpret import run_graph
 from compiler.graph.ir import Call, Graph
+from compiler.graph.passes.conv_algorithm import flops_bar, why_direct
 from compiler.graph.passes.quantized_kernels import (
     INTEGER_CONV,
     NO_INSTRUCTION,
+    WIDENED_BAR_FACTOR,
     WIDENED_CONV,
     WINDOW_STAYS_FLOAT,
     IntegerPlan,
@@ -29,13 +31,14 @@ from compiler.graph.passes.quantized_kernels import (
     verdict,
     weight_grid,
     why_float,
+    winograd_beats_widened,
 )
 from compiler.ops.conv2d_int8 import OP, PAIRS_FIT, pack_weight_u8s8, unpack_weight_u8s8, weight_pairs_fit
 from compiler.ops.matmul_int8 import OP as MATMUL
 from compiler.ops.matmul_int8 import pack_matmul_u8s8, unpack_matmul_u8s8
 from compiler.ops.registry import get
 from compiler.pipeline import Build, CompileOptions, compile_model, inspect_model, run_stages
-from compiler.target import host_target
+from compiler.target import host_target, parse_target
 from compiler.tensor_type import TensorType
 from tests.compiler.frontend.onnx_check import run_ort
 
@@ -45,6 +48,7 @@ HAS_VNNI = HOST_DOT == "vpdpbusd"
 VNNI = "vpdpbusd"
 # a named AVX2 CPU: no VNNI by its name, so vpmaddubsw (its code runs on any AVX2 host)
 AVX2 = "x86-64-v3"
+AVX2_BAR = flops_bar(parse_target(AVX2))  # the FLOPs Winograd must save per weight byte there
 HAS_AVX2 = "avx2" in host_target().required_features
 ORT_SATURATES = "no VNNI on this host: onnxruntime sums 8-bit weights' pairs with saturation here"
 
@@ -424,15 +428,42 @@ def test_without_vnni_7_bit_weights_run_on_bytes_and_8_bit_weights_on_int16() ->
     assert isinstance(plan, IntegerPlan) and plan.wide and verdict(plan) == WIDENED_CONV
     plan = plan_for(blocked, blocked.args[0], VNNI)
     assert isinstance(plan, IntegerPlan) and not plan.wide and verdict(plan) == INTEGER_CONV
-    # a stride-1 3x3 conv of 8-bit weights stays float there (its FMAs are as fast), and says why
+    # a stride-1 3x3 conv of 8-bit weights that runs as Winograd stays float there, and says why
     assert not [c for c in _on(AVX2, _qdq_conv()[0]).calls() if c.op == OP]
     (window,) = _blocked_convs(_before_pass_on(AVX2, _qdq_conv()[0]))
-    assert why_float(window, window.args[0], "vpmaddubsw") == WINDOW_STAYS_FLOAT
+    assert winograd_beats_widened(window, AVX2_BAR)
+    assert why_float(window, window.args[0], "vpmaddubsw", AVX2_BAR) == WINDOW_STAYS_FLOAT
     assert why_float(window, window.args[0], VNNI) is None
     (matmul,) = [c for c in _on(AVX2, _qdq_matmul(weight_bits=7)[0]).calls() if c.op == MATMUL]
     assert matmul.attr(PAIRS_FIT) == 1
     (matmul,) = [c for c in _on(AVX2, _qdq_matmul()[0]).calls() if c.op == MATMUL]
     assert matmul.args[0].type.dtype == "int16"
+
+
+@pytest.mark.parametrize(
+    ("shape", "why"),
+    [
+        ({"c": 16, "oc": 24, "hw": 12}, "fewer than 32 input or output channels"),
+        ({"c": 48, "oc": 16, "hw": 7, "k": 5}, "its kernel is 5x5"),
+        ({"c": 32, "oc": 32, "hw": 7}, "F(2x2) would save"),  # a small plane: few tiles per weight byte
+    ],
+)
+def test_without_vnni_a_window_winograd_cannot_or_barely_speeds_up_runs_widened(
+    shape: dict[str, int], why: str
+) -> None:
+    """Where Winograd does not run, or saves too little against the widened conv (conv_algorithm's
+    rule at twice its bar), a stride-1 window of 8-bit weights runs on int16 without VNNI."""
+    model = _qdq_conv(**shape)[0]  # type: ignore[arg-type]
+    (window,) = _blocked_convs(_before_pass_on(AVX2, model))
+    assert why in (why_direct(window, bar=WIDENED_BAR_FACTOR * AVX2_BAR) or "")
+    assert not winograd_beats_widened(window, AVX2_BAR)
+    plan = plan_for(window, window.args[0], "vpmaddubsw", AVX2_BAR)
+    assert isinstance(plan, IntegerPlan) and plan.wide and verdict(plan) == WIDENED_CONV
+    (conv,) = [c for c in _on(AVX2, model).calls() if c.op == OP]
+    assert conv.args[0].type.dtype == "int16"
+    # the rule follows the target's bar: at half of it, the small plane's F(2x2) beats the widened conv
+    if why.startswith("F("):
+        assert why_float(window, window.args[0], "vpmaddubsw", AVX2_BAR / 2) == WINDOW_STAYS_FLOAT
 
 
 def _two_readers(seed: int = 8) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -546,8 +577,10 @@ def _compiled_for_avx2(model: onnx.ModelProto, tmp_path: Path, **options: Any) -
     return compiled.manifest, path
 
 
-# the convs that run widened: pointwise or strided
-WIDENED = {name: case for name, case in CASES.items() if case.get("k") == 1 or case.get("stride", 1) > 1}
+# the convs that run widened: those that do not run as Winograd (pointwise, strided, 5x5, fewer
+# than 32 channels)
+WINOGRAD = {"uint8_per_channel_3x3", "int8_per_tensor_3x3"}
+WIDENED = {name: case for name, case in CASES.items() if name not in WINOGRAD}
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="this host has no AVX2, which code for the AVX2 target needs")
