@@ -31,15 +31,20 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
 from bench import THREADS, common, models, ops, tvm_tune, tvm_tune_model
 
+if TYPE_CHECKING:
+    from tuner.progress import Progress
+
 DEFAULT_TRIALS = "64,256"
 DEFAULT_MODEL_TRIALS = 32
 PAUSE_S = 0.1
+# seconds between two progress lines of a tuning run (temper_tune)
+REPORT_EVERY_S = 60.0
 """Idle time before each sample: the previous system's spinning worker threads go to sleep first (with
 20 ms, whichever system followed onnxruntime ran up to 30% slower)."""
 PACKAGES = (
@@ -87,18 +92,22 @@ def temper_tune(
     patience: int | None,
     directory: Path,
     resume: bool = False,
+    report: TextIO | None = None,
+    report_every_s: float = REPORT_EVERY_S,
 ) -> dict[str, Any]:
     """Tune every task of `model` with `per_task` trials on a fresh database in `directory`, then compile
     with the records to `directory`/tuned.temper. Returns the tuning summary. With `resume`, the
     database already in `directory` is kept and its records of the model count against the budget,
-    so a stopped run goes on where it stopped and a finished one measures nothing more."""
+    so a stopped run goes on where it stopped and a finished one measures nothing more. A tuning run
+    of a large model lasts an hour or more: `report` (stderr when None) gets a progress line every
+    `report_every_s` seconds, when the search gives way to the in-model confirmation, and at the end."""
     from compiler.pipeline import CompileOptions
     from compiler.target import parse_target
     from storage.records import SqlDatabase
     from tuner.apply import DatabaseSource
     from tuner.measure import LocalBuilder
     from tuner.task import extract_tasks
-    from tuner.tune import Progress, TuneOptions, tune
+    from tuner.tune import TuneOptions, tune
 
     options = CompileOptions(opt_level=opt_level, shapes=dict(shapes))
     tasks = len(extract_tasks(model, options))
@@ -106,10 +115,16 @@ def temper_tune(
     # patience = the budget: a task never counts as converged, so the whole budget is spent (as TVM does)
     topts = TuneOptions(trials=budget, patience=patience or budget, since=0 if resume else None)
     curve: list[list[float]] = []  # [trials, elapsed s, estimated latency s] after every round
+    out = report or sys.stderr
+    reported: dict[str, Any] = {"at": -math.inf, "phase": None}
 
     def on_progress(progress: Progress) -> None:
         if progress.estimated_latency_s < float("inf") and (not curve or curve[-1][0] < progress.trials_done):
             curve.append([progress.trials_done, round(progress.elapsed_s, 2), progress.estimated_latency_s])
+        now = time.perf_counter()
+        if progress.finished or progress.phase != reported["phase"] or now - reported["at"] >= report_every_s:
+            reported.update(at=now, phase=progress.phase)
+            print(progress_line(progress, tasks), file=out, flush=True)
 
     machine = conditions()
     database = SqlDatabase(f"sqlite:///{directory / 'records.sqlite'}")
@@ -149,6 +164,17 @@ def temper_tune(
         # the in-model check after the search (tuner.confirm): finalists timed inside the model
         "confirmation": final.confirmation,
     }
+
+
+def progress_line(progress: Progress, tasks: int) -> str:
+    """One line of a tuning run's progress: trials, time, the model's estimated latency, the phase."""
+    latency = progress.estimated_latency_s
+    estimate = f"estimated {latency * 1e3:.2f} ms" if latency < float("inf") else "no estimate yet"
+    state = "done" if progress.finished else progress.phase
+    return (
+        f"  tuning: {progress.trials_done}/{progress.trials_total} trials over {tasks} tasks, "
+        f"{progress.elapsed_s:.0f} s, {estimate} ({state})"
+    )
 
 
 # -- the machine's state ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@ with every system measured and temper checked against onnxruntime."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from bench import common, zoo
@@ -66,8 +67,25 @@ def test_a_resumed_tuning_run_measures_only_what_its_budget_still_allows(tmp_pat
         finally:
             db.close()
 
-    first = temper_tune(model, {}, 2, opt_level=3, patience=None, directory=tmp_path, resume=True)
+    log = io.StringIO()
+    first = temper_tune(
+        model,
+        {},
+        2,
+        opt_level=3,
+        patience=None,
+        directory=tmp_path,
+        resume=True,
+        report=log,
+        report_every_s=0,
+    )
     assert first["trials"] == first["budget"] == 2 * first["tasks"] == recorded()
+    lines = log.getvalue().splitlines()  # a progress line per round (every 0 s), the last one the end
+    assert len(lines) >= 2 and all(line.startswith("  tuning: ") for line in lines)
+    assert lines[-1].startswith(
+        f"  tuning: {first['trials']}/{first['budget']} trials over {first['tasks']} tasks"
+    )
+    assert lines[-1].endswith("(done)") and "estimated" in lines[-1]
     again = temper_tune(model, {}, 2, opt_level=3, patience=None, directory=tmp_path, resume=True)
     assert again["trials"] == first["trials"] and recorded() == first["trials"]  # nothing measured again
     more = temper_tune(model, {}, 3, opt_level=3, patience=None, directory=tmp_path, resume=True)
