@@ -43,10 +43,10 @@ if TYPE_CHECKING:
 DEFAULT_TRIALS = "64,256"
 DEFAULT_MODEL_TRIALS = 32
 PAUSE_S = 0.1
-# seconds between two progress lines of a tuning run (temper_tune)
-REPORT_EVERY_S = 60.0
 """Idle time before each sample: the previous system's spinning worker threads go to sleep first (with
 20 ms, whichever system followed onnxruntime ran up to 30% slower)."""
+# seconds between two progress lines of a tuning run (temper_tune)
+REPORT_EVERY_S = 60.0
 PACKAGES = (
     "numpy",
     "onnx",
