@@ -167,14 +167,8 @@ def temper_tune(
 
 
 def progress_line(progress: Progress, tasks: int) -> str:
-    """One line of a tuning run's progress: trials, time, the model's estimated latency, the phase."""
-    latency = progress.estimated_latency_s
-    estimate = f"estimated {latency * 1e3:.2f} ms" if latency < float("inf") else "no estimate yet"
-    state = "done" if progress.finished else progress.phase
-    return (
-        f"  tuning: {progress.trials_done}/{progress.trials_total} trials over {tasks} tasks, "
-        f"{progress.elapsed_s:.0f} s, {estimate} ({state})"
-    )
+    """One log line of a tuning run: the tuner's own headline and the number of tasks."""
+    return f"  tuning ({tasks} tasks): {progress.headline()}"
 
 
 # -- the machine's state ---------------------------------------------------------------------------

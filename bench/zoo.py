@@ -28,6 +28,7 @@ import collections
 import gc
 import json
 import math
+import re
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -189,6 +190,7 @@ def _profile(
             ort_by_op[event.get("args", {}).get("op_name", "?")].append(event["dur"] / 1e6)
             ort_by_node[event["name"].removesuffix("_kernel_time")] += event["dur"] / 1e6 / 20
     ort_per_run = {op: sum(d) / 20 for op, d in ort_by_op.items()}
+    ort_by_source = _by_source_node(ort_by_node)
     print(f"{name}: time per run by ONNX op type (temper: the main op of each fused kernel)")
     print(f"{'op':<28}{'temper ms':>12}{'alone ms':>10}{'onnxruntime ms':>16}")
     for op in sorted(set(temper_by_op) | set(ort_per_run), key=lambda o: -temper_by_op.get(o, 0.0)):
@@ -201,13 +203,28 @@ def _profile(
     print("\ntemper's slowest kernels, in the model and alone (onnxruntime: its nodes of the same names):")
     for call in sorted(kernels, key=lambda k: -float(k["median"]))[:top]:
         names = list(dict.fromkeys(fused.get(call["kernel"], [])))
-        # onnxruntime's NCHWc transformer names the node it makes after its output: "<output>_nchwc"
-        theirs_names = [*names, *(f"{o}_nchwc" for n in names for o in outputs_of.get(n, []))]
-        ort_ms = sum(ort_by_node.get(n, 0.0) for n in theirs_names) * 1e3
+        ort_ms = sum(ort_by_source.get(n, 0.0) for n in _ort_sources(names, outputs_of)) * 1e3
         theirs = f"{ort_ms:8.3f} ms" if ort_ms > 0 else f"{'-':>11}"
         mine = float(call["median"]) * 1e3
         hot = alone[call["step"]] * 1e3
         print(f"  {mine:8.3f} ms {hot:8.3f} ms {theirs}  {call['kernel']}  ({', '.join(names)[:100]})")
+
+
+def _by_source_node(seconds_by_node: dict[str, float]) -> dict[str, float]:
+    """onnxruntime's node times keyed by the model's node each came from.
+
+    Its QDQ fusions name the node they make after the model's op and a counter
+    ("<conv>_token_<n>"): those times go to the op's own name."""
+    by_source: dict[str, float] = collections.defaultdict(float)
+    for node, seconds in seconds_by_node.items():
+        by_source[re.sub(r"_token_\d+$", "", node)] += seconds
+    return dict(by_source)
+
+
+def _ort_sources(names: list[str], outputs_of: dict[str, list[str]]) -> list[str]:
+    """The onnxruntime node names that stand for the model's nodes `names`: the nodes themselves and
+    what its NCHWc transformer makes of them, named after their output ("<output>_nchwc")."""
+    return [*names, *(f"{o}_nchwc" for n in names for o in outputs_of.get(n, []))]
 
 
 def _ratio(latency: dict[str, float], system: str) -> float | None:

@@ -9,25 +9,16 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tuner.progress import Progress
+
 
 def _ms(secs: float) -> str:
     return f"{secs * 1e3:.3f}" if 0 < secs < float("inf") else "-"
 
 
-def render(progress: Any) -> Group:
-    """A table for a tuner.tune.Progress (or anything with the same fields)."""
-    eta = progress.eta_s
-    phase = getattr(progress, "phase", "search")
-    header = Text(
-        f"trials {progress.trials_done}/{progress.trials_total}   "
-        f"estimated latency {_ms(progress.estimated_latency_s)} ms   "
-        f"elapsed {progress.elapsed_s:.0f} s   "
-        + (
-            "timing the finalists inside the model"
-            if phase == "confirm" and not progress.finished
-            else f"ETA {'-' if eta is None or progress.finished else f'{eta:.0f} s'}"
-        )
-    )
+def render(progress: Progress) -> Group:
+    """The run's headline over a table of its tasks."""
+    header = Text(progress.headline())
     table = Table(
         "task",
         "weight",

@@ -98,6 +98,22 @@ class Progress:
         if self.finished:
             self.eta_s = None
 
+    def headline(self) -> str:
+        """The run at a glance, one line: trials done of the budget, the model's estimated latency,
+        the time spent and what is left (the time to go at the pace so far, or the phase)."""
+        latency = self.estimated_latency_s
+        estimate = f"{latency * 1e3:.3f} ms" if 0 < latency < INF else "-"
+        if self.finished:
+            left = "done"
+        elif self.phase == "confirm":
+            left = "timing the finalists inside the model"
+        else:
+            left = f"ETA {'-' if self.eta_s is None else f'{self.eta_s:.0f} s'}"
+        return (
+            f"trials {self.trials_done}/{self.trials_total}   estimated latency {estimate}   "
+            f"elapsed {self.elapsed_s:.0f} s   {left}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "trials_done": int(self.trials_done),

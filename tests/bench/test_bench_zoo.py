@@ -81,13 +81,23 @@ def test_a_resumed_tuning_run_measures_only_what_its_budget_still_allows(tmp_pat
     )
     assert first["trials"] == first["budget"] == 2 * first["tasks"] == recorded()
     lines = log.getvalue().splitlines()  # a progress line per round (every 0 s), the last one the end
-    assert len(lines) >= 2 and all(line.startswith("  tuning: ") for line in lines)
-    assert lines[-1].startswith(
-        f"  tuning: {first['trials']}/{first['budget']} trials over {first['tasks']} tasks"
-    )
-    assert lines[-1].endswith("(done)") and "estimated" in lines[-1]
+    head = f"  tuning ({first['tasks']} tasks): trials "
+    assert len(lines) >= 2 and all(line.startswith(head) for line in lines)
+    assert lines[0].startswith(head) and "ETA" in lines[0]  # the first round: the time to go
+    assert lines[-1].startswith(f"{head}{first['trials']}/{first['budget']}   estimated latency ")
+    assert lines[-1].endswith("   done")
     again = temper_tune(model, {}, 2, opt_level=3, patience=None, directory=tmp_path, resume=True)
     assert again["trials"] == first["trials"] and recorded() == first["trials"]  # nothing measured again
     more = temper_tune(model, {}, 3, opt_level=3, patience=None, directory=tmp_path, resume=True)
     assert recorded() == more["trials"] == 3 * first["tasks"]  # one more per task, no more
     assert (tmp_path / "tuned.temper").is_file()
+
+
+def test_onnxruntime_nodes_are_matched_to_the_models_nodes_they_came_from() -> None:
+    """--profile sets each temper kernel beside onnxruntime's nodes for the same model nodes: its QDQ
+    fusions carry the op's name and a counter, its NCHWc rewrites the output's name."""
+    seconds = {"/layer1/conv1/Conv_token_12": 2e-3, "/layer1/conv1/Conv_token_13": 1e-3, "relu_token": 5e-4}
+    by_source = zoo._by_source_node(seconds)
+    assert by_source == {"/layer1/conv1/Conv": 3e-3, "relu_token": 5e-4}
+    outputs_of = {"conv": ["y"], "add": ["z"]}
+    assert zoo._ort_sources(["conv", "add"], outputs_of) == ["conv", "add", "y_nchwc", "z_nchwc"]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from service.progress import confirmation_lines
+import io
+
+from rich.console import Console
+
+from service.progress import confirmation_lines, render
+from tuner.progress import Progress, TaskReport
 
 
 def _report(kept: str, whole: dict[str, float] | None) -> dict[str, object]:
@@ -40,3 +45,14 @@ def test_algorithm_switches_are_printed_each_way_with_whether_they_were_kept() -
     lost = confirmation_lines({**report, "kept": "defaults"})
     assert any(line.endswith("(faster alone; not kept: the model was no faster): c7") for line in lost)
     assert not any("conv(s)" in line for line in confirmation_lines(_report("picks", None)))
+
+
+def test_the_live_view_is_the_runs_headline_over_a_row_per_task() -> None:
+    task = TaskReport("fused_conv2d_1", "k1", 2, 2_000_000, 3, 1e-3, 2e-3)
+    progress = Progress(3, 12, 6.0, 2e-3, [task])
+    console = Console(width=160, record=True, file=io.StringIO())
+    console.print(render(progress))
+    lines = console.export_text().splitlines()
+    assert lines[0] == progress.headline()
+    row = next(line for line in lines if "fused_conv2d_1" in line).split()
+    assert row == ["fused_conv2d_1", "2", "3", "2.000", "1.000", "2.0", "2.00x"]

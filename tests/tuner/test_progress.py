@@ -43,3 +43,15 @@ def test_a_finished_run_has_no_eta_and_keeps_its_stop_reason() -> None:
     assert Progress.from_json(data).stop_reason == done.stop_reason
     assert Progress(0, 4, 0.0, INF, []).eta_s is None  # nothing measured yet: no pace to go by
     assert Progress.from_json({}).trials_done == 0  # a job that has not reported yet
+
+
+def test_the_headline_gives_trials_latency_time_and_what_is_left_in_each_phase() -> None:
+    """One line for every view (the CLI's table, a bench's log): the time to go while searching,
+    the phase while the finalists are timed in the model, done at the end."""
+    searching = Progress(5, 20, 10.0, 2.5e-3, [])
+    assert searching.headline() == "trials 5/20   estimated latency 2.500 ms   elapsed 10 s   ETA 30 s"
+    assert Progress(0, 20, 0.0, INF, []).headline().endswith("estimated latency -   elapsed 0 s   ETA -")
+    confirming = Progress(20, 20, 40.0, 2e-3, [], phase="confirm")
+    assert confirming.headline().endswith("elapsed 40 s   timing the finalists inside the model")
+    done = Progress(20, 20, 41.0, 2e-3, [], phase="confirm", finished=True)
+    assert done.headline() == "trials 20/20   estimated latency 2.000 ms   elapsed 41 s   done"
