@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from compiler.errors import OverrideError, UnknownNodeError
 from compiler.explain import explain_model, profile_kernels
+from compiler.graph.passes.alter_layout import DEPTHWISE_CHAIN
 from compiler.kernels import ScheduleChoice, build_kernel, choose_rule
 from compiler.pipeline import CompileOptions, build_frontier
 
@@ -85,6 +86,24 @@ def test_a_pointwise_conv_over_a_small_plane_says_it_runs_as_one_row() -> None:
     conv = _kernel_of(explain_model(model), "pw")
     assert "pointwise_conv_rows: runs its 7x7 plane as one row" in conv.why
     assert "pointwise_conv_rows: runs its 7x7 plane as one row" in explain_model(model).text()
+
+
+def test_a_depthwise_conv_alone_says_why_it_stays_planar() -> None:
+    rng = np.random.default_rng(2)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=32, pads=[1, 1, 1, 1])],
+        "depthwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 28, 28])],
+        [numpy_helper.from_array(rng.standard_normal((32, 1, 3, 3)).astype(np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    explanation = explain_model(model)
+    conv = _kernel_of(explanation, "dw")
+    assert conv.implementation == "conv2d" and conv.rule == "conv2d"
+    (why,) = [w for w in conv.why if w.startswith("alter_layout")]
+    assert why == f"alter_layout: stays NCHW: {DEPTHWISE_CHAIN}"
+    assert DEPTHWISE_CHAIN in explanation.text()
 
 
 def test_a_kernel_of_an_op_family_without_a_rule_says_it_fell_back_to_the_generic_rule() -> None:

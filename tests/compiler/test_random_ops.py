@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import compiler.runtime
 from compiler.kernels import ScheduleChoice, default_schedule
@@ -139,6 +139,19 @@ def test_random_strided_depthwise_conv2d(seed: int, tmp_path) -> None:  # type: 
     _check(model, feeds, tmp_path, opt_level=3)
 
 
+def _then_pointwise(model: Any, rng: np.random.Generator) -> Any:
+    """The single-op model with a dense 1x1 conv reading its output, as MobileNet puts one after each
+    depthwise conv: alone, a depthwise conv stays planar (alter_layout's DEPTHWISE_CHAIN)."""
+    graph = model.graph
+    (node,) = graph.node
+    channels = graph.initializer[0].dims[0]
+    node.output[0] = "depthwise"
+    weight = _randn(rng, channels, channels, 1, 1)
+    graph.initializer.append(numpy_helper.from_array(weight, "pointwise.w"))
+    graph.node.append(helper.make_node("Conv", ["depthwise", "pointwise.w"], ["y0"], name="pointwise"))
+    return model
+
+
 @pytest.mark.parametrize("seed", range(15))
 def test_random_blocked_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Convs the layout pass runs in NCHW{lanes}c: dense (with an RGB-like stem of any channel count),
@@ -172,8 +185,11 @@ def test_random_blocked_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-
         dilations=[dil, dil],
         group=groups,
     )
+    if kind == "depthwise":
+        model = _then_pointwise(model, rng)
     compiled = compile_model(model.SerializeToString(), CompileOptions())
-    assert any("conv2d_nchwc" in k["name"] for k in compiled.manifest["kernels"]), kind
+    (mine,) = [k for k in compiled.manifest["kernels"] if "node" in k["nodes"]]
+    assert "conv2d_nchwc" in mine["name"], kind
     assert "alter_layout" in compiled.manifest["passes"]
     _check(model, feeds, tmp_path, opt_level=3)
 
@@ -348,7 +364,7 @@ def _forced_conv(
     choice = ScheduleChoice(sch.trace, {"source": "override"})
     options = CompileOptions(overrides={"node": choice}, disabled_passes=frozenset({"conv_algorithm"}))
     compiled = compile_model(data, options)
-    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    (pinned,) = [k for k in compiled.kernels if "node" in k.workload.nodes]
     return model, feeds, sch, compiled, pinned
 
 
@@ -479,15 +495,15 @@ def test_blocked_depthwise_padded_per_row_or_as_a_pass_matches_onnxruntime(  # t
         pads=[k // 2] * 4,
         group=c,
     )
-    data = model.SerializeToString()
+    data = _then_pointwise(model, rng).SerializeToString()
     plain = compile_model(data, CompileOptions())
-    (kernel,) = [k for k in plain.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    (kernel,) = [k for k in plain.kernels if "node" in k.workload.nodes]
     sch, rule = default_schedule(kernel.workload, _Forced({"pad_at": pad_at}))
     assert rule == "conv2d_nchwc" and sch.decisions["pad_at"] == pad_at
     assert ('"compute_at"' in sch.trace.dumps()) == (pad_at == "row")
     choice = ScheduleChoice(sch.trace, {"source": "override"})
     compiled = compile_model(data, CompileOptions(overrides={"node": choice}))
-    (pinned,) = [k for k in compiled.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    (pinned,) = [k for k in compiled.kernels if "node" in k.workload.nodes]
     assert pinned.trace.dumps() == sch.trace.dumps()
     path = tmp_path / "model.temper"
     compiled.save(path)

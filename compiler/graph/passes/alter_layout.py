@@ -19,6 +19,9 @@ What runs blocked (every rule states its reason in `why_planar` for `temper expl
 - grouped convs whose groups are whole half blocks but not whole blocks (RegNet's groups of 24 on a
   16-lane target): they run in NCHW{b/2}c, half vectors, with layout transforms at their input and
   output (`group_block`), where planar they would run along short output rows.
+A chain whose only convs are depthwise (one, say, between planar ops) stays NCHW: it does a few
+products per value, so the layout transforms at its ends would cost more than its blocked kernels
+save, and the planar depthwise kernel runs along the rows (`depthwise_chains`).
 Channel counts that b does not divide (ShuffleNet's 116, 24 or 40 on a 16-lane target) are padded to
 whole blocks with zero lanes, unless that wastes more than half of the real work. Packed weights are
 zero for those lanes, so they never reach a real channel, and only ops that keep finite values
@@ -103,6 +106,18 @@ def why_planar(call: Call, block: int) -> str | None:
     return None
 
 
+DEPTHWISE_CHAIN = (
+    "a depthwise conv whose blocked chain would hold no other kind of conv: the layout transforms at "
+    "the chain's ends would cost more than blocking saves (its planar kernel runs along the rows)"
+)
+
+
+def _depthwise(call: Call) -> bool:
+    """One input and one output channel per group (a conv of one channel has groups == 1)."""
+    groups, c = call.attr("groups", 1), call.args[0].type.shape[1]
+    return groups > 1 and groups == c == call.type.shape[1] and call.args[1].type.shape[1] == 1
+
+
 def group_block(call: Call, block: int) -> int:
     """The channel block of a grouped conv whose groups are not whole blocks of `block` but whole
     half blocks (RegNet's groups of 24 channels on a 16-lane target): it runs in NCHW{block/2}c, its
@@ -161,8 +176,10 @@ class _Rewriter:
     """Builds the new graph: each old value exists natively in one layout, and its other form is a
     layout_transform made on demand, once."""
 
-    def __init__(self, block: int) -> None:
+    def __init__(self, block: int, keep_planar: frozenset[int] = frozenset()) -> None:
         self.block = block
+        self.keep_planar = keep_planar  # ids of convs that stay planar though they could run blocked
+        self.native: set[int] = set()  # ids of the old nodes made blocked ops (not converted to blocked)
         self.planar: dict[int, Expr] = {}
         self.blocked: dict[int, Expr] = {}  # id(old) -> value in NCHW{block}c (or NCHW{ib}c for a stem)
 
@@ -196,7 +213,7 @@ class _Rewriter:
 
     # ----------------------------------------------------------------------- one rule per op kind
     def conv(self, call: Call) -> Expr | None:
-        if why_planar(call, self.block) is not None:
+        if why_planar(call, self.block) is not None or id(call) in self.keep_planar:
             return None
         call = widened_groups(call, self.block) or call
         x, w = call.args
@@ -208,9 +225,7 @@ class _Rewriter:
             out = _blocked_type(call.type, half)
             return Call("conv2d_nchwc", (self.as_blocked(x, half), weight), call.attrs, out, call.name)
         ib = _input_block(call, self.block, self.is_blocked(x))
-        groups, c, oc = call.attr("groups", 1), x.type.shape[1], call.type.shape[1]
-        # (a dense conv of one input channel has groups == c and one channel per group too)
-        depthwise = groups > 1 and groups == c == oc and w.type.shape[1] == 1
+        depthwise = _depthwise(call)
         packed = pack_weight(w.data, 1 if depthwise else ib, self.block)
         layout = f"OIHW{1 if depthwise else ib}i{self.block}o"
         weight = Const(f"{w.name}.{layout}", packed)
@@ -304,6 +319,8 @@ def layout_report(optimized: Graph, block: int, ran: bool) -> dict[str, object]:
     for c in calls:
         if c.op == "conv2d":
             reason = why_planar(c, block) if ran and block > 1 else None
+            if ran and block > 1 and reason is None:  # it could run blocked: its chain kept it planar
+                reason = DEPTHWISE_CHAIN
             planar[c.name] = reason or "the alter_layout pass did not run (opt level, disabled, or no block)"
     return {
         "channel_block": block,
@@ -314,11 +331,9 @@ def layout_report(optimized: Graph, block: int, ran: bool) -> dict[str, object]:
     }
 
 
-def alter_conv_layout(graph: Graph, block: int) -> Graph:
-    """Rewrite convolution chains into NCHW{block}c (block <= 1: the graph unchanged)."""
-    if block <= 1 or not any(c.op == "conv2d" and why_planar(c, block) is None for c in graph.calls()):
-        return graph
-    rw = _Rewriter(block)
+def _rewrite(graph: Graph, block: int, keep_planar: frozenset[int]) -> _Rewriter:
+    """Every node of `graph` in the layout its rules give it, the convs of `keep_planar` planar."""
+    rw = _Rewriter(block, keep_planar)
     rules: list[Callable[[Call], Expr | None]] = [rw.conv, rw.broadcast, rw.reduction, rw.pool, rw.concat]
     for node in graph.nodes():
         if not isinstance(node, Call):
@@ -327,8 +342,59 @@ def alter_conv_layout(graph: Graph, block: int) -> Graph:
         made = next((m for rule in rules if (m := rule(node)) is not None), None)
         if made is not None:
             rw.blocked[id(node)] = made
+            rw.native.add(id(node))
             continue
         args = tuple(rw.as_planar(a) for a in node.args)
         same = all(a is b for a, b in zip(args, node.args, strict=True))
         rw.planar[id(node)] = node if same else Call(node.op, args, node.attrs, node.type, node.name)
+    return rw
+
+
+def _chains(graph: Graph, rw: _Rewriter) -> list[list[Call]]:
+    """The blocked chains of a rewrite: the nodes of `graph` it made blocked, grouped by the blocked
+    values that pass between them (a value converted from planar ends a chain)."""
+    parent: dict[int, int] = {}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    blocked = [n for n in graph.nodes() if isinstance(n, Call) and id(n) in rw.native]
+    for node in blocked:
+        parent[id(node)] = id(node)
+        for a in node.args:
+            if id(a) in parent:
+                parent[root(id(a))] = root(id(node))
+    chains: dict[int, list[Call]] = {}
+    for node in blocked:
+        chains.setdefault(root(id(node)), []).append(node)
+    return list(chains.values())
+
+
+def _depthwise_only(graph: Graph, rw: _Rewriter) -> frozenset[int]:
+    """The ids of the convs of the rewrite's chains whose convs are all depthwise."""
+    planar: set[int] = set()
+    for chain in _chains(graph, rw):
+        convs = [n for n in chain if n.op == "conv2d"]
+        if convs and all(_depthwise(c) for c in convs):
+            planar.update(id(c) for c in convs)
+    return frozenset(planar)
+
+
+def depthwise_chains(graph: Graph, block: int) -> frozenset[int]:
+    """The ids of the convs of `graph` that could run blocked but stay planar: those of a chain whose
+    convs would all be depthwise."""
+    return _depthwise_only(graph, _rewrite(graph, block, frozenset())) if block > 1 else frozenset()
+
+
+def alter_conv_layout(graph: Graph, block: int) -> Graph:
+    """Rewrite convolution chains into NCHW{block}c (block <= 1: the graph unchanged)."""
+    if block <= 1 or not any(c.op == "conv2d" and why_planar(c, block) is None for c in graph.calls()):
+        return graph
+    rw = _rewrite(graph, block, frozenset())
+    keep_planar = _depthwise_only(graph, rw)
+    if keep_planar:
+        rw = _rewrite(graph, block, keep_planar)
     return graph.with_outputs(tuple(rw.as_planar(o) for o in graph.outputs))

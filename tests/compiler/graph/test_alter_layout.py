@@ -6,7 +6,14 @@ import pytest
 
 from compiler.graph.ir import Call, Graph
 from compiler.graph.passes import PassContext, alter_conv_layout, optional_passes, run_passes
-from compiler.graph.passes.alter_layout import group_block, why_planar, widened_groups
+from compiler.graph.passes.alter_layout import (
+    DEPTHWISE_CHAIN,
+    depthwise_chains,
+    group_block,
+    layout_report,
+    why_planar,
+    widened_groups,
+)
 from tests.compiler.graph.graph_builders import CONV, call, const, graph, var
 from tests.compiler.graph.test_graph_passes import check_pass, ops
 
@@ -67,6 +74,44 @@ def test_depthwise_and_whole_block_groups_run_blocked_others_say_why_not() -> No
     assert "8 groups of 2 input channels are not whole blocks of 8" in str(why_planar(groups8, B))
     assert why_planar(dw, B) is None
     assert why_planar(call("relu", x), B) == "not a conv2d"
+
+
+@pytest.mark.parametrize(("k", "stride"), [(3, 1), (5, 2), (7, 1)])
+def test_a_chain_of_depthwise_convs_alone_stays_planar_one_beside_a_dense_conv_runs_blocked(
+    k: int, stride: int
+) -> None:
+    """A depthwise conv does a few products per value: blocked, the transforms at its chain's ends
+    would cost more than it saves. Beside a dense conv (MobileNet's blocks) it runs blocked."""
+    x = var("x", 1, 16, 12, 12)
+    first = bias_relu(conv(x, 16, k=k, name="dw1", groups=16, strides=(stride, stride)), "dw1")
+    pool = call(
+        "max_pool2d", first, kernel=(2, 2), strides=(1, 1), pads=(0, 0, 1, 1), dilations=(1, 1), ceil_mode=0
+    )
+    alone = call("relu", conv(pool, 16, k=3, name="dw2", groups=16))
+    g = graph([x], alone)
+    assert all(why_planar(c, B) is None for c in g.calls() if c.op == "conv2d")  # each could run blocked
+    assert {c.name for c in g.calls() if id(c) in depthwise_chains(g, B)} == {"dw1", "dw2"}
+    out = alter_conv_layout(g, B)
+    check_pass(g, out, atol=1e-4)
+    assert ops(out).count("conv2d") == 2 and not transforms(out)
+    report = layout_report(out, B, ran=True)
+    assert report["planar_convs"] == {"dw1": DEPTHWISE_CHAIN, "dw2": DEPTHWISE_CHAIN}
+    assert report["blocked_convs"] == 0 and report["layout_transforms"] == 0
+
+    # the same depthwise conv feeding a dense 1x1 conv: one chain, blocked throughout
+    mixed = graph([x], conv(first, 24, k=1, name="pw"))
+    assert not depthwise_chains(mixed, B)
+    out = alter_conv_layout(mixed, B)
+    check_pass(mixed, out, atol=1e-4)
+    assert ops(out).count("conv2d_nchwc") == 2 and "conv2d" not in ops(out)
+    assert transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]
+
+    # a depthwise chain apart from a dense one (a planar op between them) stays planar on its own
+    apart = graph([x], conv(call("transpose", first, perm=(0, 1, 3, 2)), 24, k=1, name="pw"))
+    out = alter_conv_layout(apart, B)
+    check_pass(apart, out, atol=1e-4)
+    assert [c.name for c in out.calls() if c.op == "conv2d"] == ["dw1"]
+    assert [c.name for c in out.calls() if c.op == "conv2d_nchwc"] == ["pw"]
 
 
 def test_groups_half_a_block_wide_run_blocked_as_whole_block_groups_with_block_diagonal_weights() -> None:

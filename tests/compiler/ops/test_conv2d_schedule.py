@@ -29,9 +29,13 @@ from compiler.pipeline import CompileOptions, frontier_for
 from compiler.target import parse_target
 
 
-def _conv_model(c: int, oc: int, k: int, *, groups: int = 1, stride: int = 1, hw: int = 16) -> bytes:
-    """One padded ('same') conv followed by a relu (the fused epilogue)."""
-    w = np.random.default_rng(0).standard_normal((oc, c // groups, k, k)).astype(np.float32)
+def _conv_model(
+    c: int, oc: int, k: int, *, groups: int = 1, stride: int = 1, hw: int = 16, pointwise: bool = False
+) -> bytes:
+    """One padded ('same') conv followed by a relu (the fused epilogue); with `pointwise`, a dense 1x1
+    conv after them, as MobileNet's blocks put one after a depthwise conv."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((oc, c // groups, k, k)).astype(np.float32)
     out = (hw + 2 * (k // 2) - k) // stride + 1
     nodes = [
         helper.make_node(
@@ -44,14 +48,18 @@ def _conv_model(c: int, oc: int, k: int, *, groups: int = 1, stride: int = 1, hw
             pads=[k // 2] * 4,
             group=groups,
         ),
-        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+        helper.make_node("Relu", ["c"], ["r" if pointwise else "y"], name="relu"),
     ]
+    weights = [numpy_helper.from_array(w, "w")]
+    if pointwise:
+        nodes.append(helper.make_node("Conv", ["r", "pw"], ["y"], name="pointwise", kernel_shape=[1, 1]))
+        weights.append(numpy_helper.from_array(rng.standard_normal((oc, oc, 1, 1)).astype(np.float32), "pw"))
     graph = helper.make_graph(
         nodes,
         "conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, oc, out, out])],
-        [numpy_helper.from_array(w, "w")],
+        weights,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -59,10 +67,11 @@ def _conv_model(c: int, oc: int, k: int, *, groups: int = 1, stride: int = 1, hw
 
 
 def _conv_workload(model: bytes, disabled: set[str]) -> Workload:
-    """The model's conv kernel, lowered for a fixed target (8 lanes, 16 vector registers)."""
+    """The kernel of the model's node "conv", lowered for a fixed target (8 lanes, 16 vector
+    registers)."""
     options = CompileOptions(target="haswell", disabled_passes=frozenset(disabled))
     fr = frontier_for(model, options, None)
-    (w,) = [g.workload for g in fr.kernels if g.workload.anchor_op in ("conv2d", "conv2d_nchwc")]
+    (w,) = [g.workload for g in fr.kernels if "conv" in g.workload.nodes]
     return w
 
 
@@ -116,7 +125,8 @@ def test_each_planar_conv_kind_gets_its_rule(
 @pytest.mark.parametrize(
     ("conv", "asked"),
     [
-        (dict(c=16, oc=16, k=3, groups=16), {"parallel", "owt", "unroll_kw", "pad_at"}),  # depthwise_columns
+        # depthwise_columns (a depthwise conv runs blocked in a chain with a dense conv)
+        (dict(c=16, oc=16, k=3, groups=16, pointwise=True), {"parallel", "owt", "unroll_kw", "pad_at"}),
         # block_tile: the reduction in chunks (ic_chunk), else the tile order and unrolled lanes
         (
             dict(c=16, oc=32, k=3),
@@ -184,7 +194,7 @@ def test_depthwise_runs_cover_prime_rows_with_several_columns() -> None:
     assert depthwise_tile(17, 1) > 4 and depthwise_tile(19, 1) > 4
     assert depthwise_tile(56, 1) == 8 and depthwise_tile(14, 1) == 7
     assert all(1 <= depthwise_tile(ow, vecs) <= ow for ow in range(1, 70) for vecs in (1, 2, 4))
-    w = _conv_workload(_conv_model(16, 16, 3, groups=16, hw=19), {"conv_algorithm"})
+    w = _conv_workload(_conv_model(16, 16, 3, groups=16, hw=19, pointwise=True), {"conv_algorithm"})
     dec = _Record()
     choose_rule(w, dec)
     assert dec.asked["owt"] > 4
