@@ -4,9 +4,16 @@ It runs in a process of its own so that a segfault, an abort or an endless loop 
 costs only this process. It imports the standard library alone (no numpy, no compiler) so that it
 starts in milliseconds; the parent sends raw bytes and does every numerical comparison itself.
 
-Protocol over a duplex pipe: the child makes one call, sends ("output", bytes) with what the
-kernel wrote; the parent answers True to have it timed (then the child sends ("timing", secs)) or
-False to stop. Any failure the child can observe is sent as ("error", message).
+The parent starts it as a script of a fresh interpreter (`python -I -S <this file> FD`, see
+`command`), not through multiprocessing: a multiprocessing child imports the parent's main module
+again before it runs anything (a `python -m` module, or the script that started the parent), and a
+main module that imports onnxruntime or the compiler made every measurement wait for that import.
+
+Protocol over a duplex connection (a socket, FD in the child): the parent first sends the
+arguments of `measure_child` after the connection, as one tuple; the child makes one call, sends
+("output", bytes) with what the kernel wrote; the parent answers True to have it timed (then the
+child sends ("timing", secs)) or False to stop. Any failure the child can observe is sent as
+("error", message).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import mmap
 import os
 import select
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -203,3 +211,25 @@ def measure_child(
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
+
+
+def command(fd: int) -> list[str]:
+    """The command line of a measuring process talking over the inherited descriptor `fd`: this file
+    as a script of an isolated interpreter (-I: no environment variables of Python's, no user or
+    script directory on sys.path; -S: no site-packages), which finds nothing but the standard library."""
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__), str(fd)]
+
+
+def main(argv: list[str]) -> None:
+    """Entry point of a measuring process started with `command`."""
+    conn = Connection(int(argv[1]))
+    try:
+        args = conn.recv()
+    except (EOFError, OSError):  # the parent gave up before sending anything
+        conn.close()
+        return
+    measure_child(conn, *args)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -11,8 +11,10 @@ candidate at a time from the calling thread. Either way `build_one` and `run_one
 units of work, and `run_one` always isolates the candidate in a child process with a hard timeout,
 so a segfault or an endless loop never takes an executor's worker down with it.
 
-Processes are started with forkserver (spawn where that is missing), never fork: forking a process
-while another of its threads holds the LLVM lock would deadlock the child.
+Builder workers are started with forkserver (spawn where that is missing), never fork: forking a
+process while another of its threads holds the LLVM lock would deadlock the child. A measuring
+process is a fresh interpreter that imports only the standard library (tuner._measure_child says
+why), so it starts in tens of milliseconds whatever the calling program imported.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import math
 import multiprocessing
 import os
 import signal
+import socket
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -29,7 +33,6 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext, SpawnContext
-from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,7 +41,8 @@ from compiler.errors import ScheduleError
 from compiler.kernels import Candidate, build_candidate
 from compiler.target import Target, host_l2_bytes, host_llc_bytes
 from compiler.tir.trace import Trace
-from tuner._measure_child import die_with_parent, measure_child
+from tuner._measure_child import command as measure_command
+from tuner._measure_child import die_with_parent
 from tuner.records import ErrorKind
 from tuner.task import Task, pack_inputs
 
@@ -130,7 +134,7 @@ class Runner(Protocol):
 
 
 def mp_context() -> ForkServerContext | SpawnContext:
-    """The start method for builder workers and measuring processes (see the module docstring)."""
+    """The start method for builder workers (see the module docstring) and other Python children."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("forkserver")
     return multiprocessing.get_context("spawn")
@@ -295,11 +299,11 @@ def check_output(out: np.ndarray, expected: np.ndarray, rtol: float, atol: float
     )
 
 
-def _death(proc: BaseProcess) -> str:
-    proc.join(5.0)
-    code = proc.exitcode
-    if code is None:
-        return "measuring process closed its pipe without a result"
+def _death(proc: subprocess.Popen[bytes]) -> str:
+    try:
+        code = proc.wait(5.0)
+    except subprocess.TimeoutExpired:
+        return "measuring process closed its connection without a result"
     if code < 0:
         try:
             return f"measuring process killed by {signal.Signals(-code).name}"
@@ -308,7 +312,9 @@ def _death(proc: BaseProcess) -> str:
     return f"measuring process exited with code {code}"
 
 
-def _receive(conn: Connection, proc: BaseProcess, deadline: float, timeout: float) -> tuple[str, Any]:
+def _receive(
+    conn: Connection, proc: subprocess.Popen[bytes], deadline: float, timeout: float
+) -> tuple[str, Any]:
     if not conn.poll(max(0.0, deadline - time.monotonic())):  # poll is also woken by the child's death
         proc.kill()
         raise _Failure(ErrorKind.TIMEOUT, f"no result within the {timeout:g} s timeout (process killed)")
@@ -321,37 +327,46 @@ def _receive(conn: Connection, proc: BaseProcess, deadline: float, timeout: floa
     return message
 
 
+def _start_measuring() -> tuple[subprocess.Popen[bytes], Connection]:
+    """A measuring process (tuner._measure_child.command) and this side of its connection."""
+    mine, theirs = socket.socketpair()
+    try:
+        proc = subprocess.Popen(
+            measure_command(theirs.fileno()), pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
+        )
+    except BaseException:
+        mine.close()
+        raise
+    finally:
+        theirs.close()  # the child holds its own copy: its death then reads as end of file here
+    return proc, Connection(mine.detach())
+
+
 def run_one(payload: RunPayload) -> RunResult:
     """Measure one candidate in a fresh child process: call it once and check the output against the
     reference here, then let the child warm up and time it. A child that dies is a CRASH, one that
     does not finish within the timeout is killed (TIMEOUT)."""
     opts = payload.options
-    ctx = mp_context()
-    conn, child_conn = ctx.Pipe()
     out_nbytes = math.prod(payload.out_shape) * np.dtype(payload.out_dtype).itemsize
     args = [np.ascontiguousarray(a).tobytes() for a in payload.args]
-    proc = ctx.Process(
-        target=measure_child,
-        args=(
-            child_conn,
-            payload.library,
-            payload.symbol,
-            args,
-            out_nbytes,
-            opts.warmup,
-            opts.repeats,
-            opts.min_repeat_secs,
-            opts.rotate_bytes,
-            payload.fresh if opts.fresh_inputs else (),
-            os.getpid(),
-        ),
-        name="temper-measure",
-        daemon=True,
+    child_args = (
+        payload.library,
+        payload.symbol,
+        args,
+        out_nbytes,
+        opts.warmup,
+        opts.repeats,
+        opts.min_repeat_secs,
+        opts.rotate_bytes,
+        payload.fresh if opts.fresh_inputs else (),
+        os.getpid(),
     )
     deadline = time.monotonic() + opts.timeout_secs
+    proc: subprocess.Popen[bytes] | None = None
+    conn: Connection | None = None
     try:
-        proc.start()
-        child_conn.close()
+        proc, conn = _start_measuring()
+        conn.send(child_args)
         tag, data = _receive(conn, proc, deadline, opts.timeout_secs)
         if tag != "output":
             raise _Failure(ErrorKind.RUNTIME, f"unexpected message {tag!r} from the measuring process")
@@ -370,13 +385,14 @@ def run_one(payload: RunPayload) -> RunResult:
     except Exception as exc:  # e.g. the process could not be started
         return RunResult((), ErrorKind.RUNTIME, _describe(exc))
     finally:
-        conn.close()
-        if proc.pid is not None:
-            proc.join(1.0)
-            if proc.is_alive():
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            try:
+                proc.wait(1.0)
+            except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.join()
-            proc.close()
+                proc.wait()
 
 
 def _failed_run(exc: BaseException) -> RunResult:

@@ -12,6 +12,7 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
@@ -152,6 +153,54 @@ def test_measuring_after_the_parent_ran_a_parallel_kernel_does_not_hang(
 
     (result,) = LocalRunner(FAST).run([MeasureInput(tasks[0])], [_built(good)])
     assert result.ok, result.error_message
+
+
+_MAIN_MODULE = """
+import os, sys
+with open(os.environ["IMPORTS_LOG"], "a") as log:  # a side effect of importing this module
+    log.write(__name__ + "\\n")
+if __name__ == "__main__":
+    from compiler.pipeline import CompileOptions
+    from compiler.target import host_target
+    from tests.models.builders import mlp
+    from tuner.measure import LocalRunner, MeasureInput, MeasureOptions, build_one
+    from tuner.task import extract_tasks
+
+    task = extract_tasks(mlp(32, sizes=(128, 128, 8)), CompileOptions())[0]
+    built = build_one(MeasureInput(task), host_target())
+    options = MeasureOptions(repeats=1, min_repeat_secs=0.0, timeout_secs=30.0)
+    results = LocalRunner(options).run([MeasureInput(task)] * 3, [built] * 3)
+    assert all(r.ok for r in results), results
+"""
+
+
+def test_measuring_processes_do_not_import_the_callers_main_module(tmp_path: Path) -> None:
+    # a program run as `python -m module` (a bench, a user's script) may import onnxruntime or the
+    # compiler at its top: a measuring process that imported it again waited for all of that first
+    (tmp_path / "caller_main.py").write_text(_MAIN_MODULE)
+    log = tmp_path / "imports.log"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "IMPORTS_LOG": str(log), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "caller_main"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().split() == ["__main__"]  # imported once, by the caller itself
+
+
+def test_a_measuring_process_starts_on_the_standard_library_alone() -> None:
+    from tuner._measure_child import command
+
+    cmd = command(7)
+    assert cmd[0] == sys.executable and {"-I", "-S"} <= set(cmd) and cmd[-1] == "7"
+    probe = "import sys; print(any('site-packages' in p for p in sys.path))"
+    isolated = subprocess.run([*cmd[:-2], "-c", probe], capture_output=True, text=True, check=True)
+    assert isolated.stdout.strip() == "False"
 
 
 def test_executors_run_the_same_units_of_work(
