@@ -18,7 +18,10 @@ Kernels timed one call at a time are still not the model run back to back (on BE
 won its per-call timing with threads made the whole model slower), so the combination of the
 in-model picks is last compiled and run whole against the defaults, again alternating. Only when
 it runs faster are the picks stored; otherwise only the defaults' in-model times are, and
-compilations keep the default schedules: a tuned model is never slower than the untuned one.
+compilations keep the default schedules: a tuned model is never slower than the untuned one. When
+picks that switch convs' algorithms (below) lose, the same schedule picks without the switches are
+run whole against the defaults once more, and kept if they win: the switches are what most often
+loses in place, and they would otherwise take every other task's gain down with them.
 
 The picks include the algorithm switches measurements make: a conv whose twin of the other
 algorithm (its alternative task) ran faster alone is compiled as that twin in the picks, as a
@@ -299,6 +302,17 @@ def confirm(
                 for k in picked.manifest["kernels"]
             }
             twin_secs = {pair: statistics.median(t) for pair, t in _per_call(ran, kernel_rounds[0]).items()}
+        if lost and switched and differ:
+            # the algorithm switches may be what lost: the schedule picks alone get their own chance
+            plain = compile_model(model, options, _Fixed(combined, timed=True))
+            with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
+                path = Path(tmp) / "picks.temper"
+                plain.save(path)
+                both = [path.read_bytes(), artifacts[-1]]
+            _, (picked_s, defaults_s) = _timed(both, copts, executor, stop, profile=False)
+            whole = (picked_s, defaults_s)
+            lost = picked_s >= defaults_s
+            direct, winograd = (), ()  # no conv switches algorithm: the twins' times are not stored
         if lost:
             for c in compared:
                 c.keep_default = c.default_id is not None

@@ -200,6 +200,57 @@ def test_a_winograd_twin_faster_alone_runs_only_when_the_whole_model_runs_faster
     _runs_like_onnxruntime(compiled, model, 5, tmp_path)
 
 
+@pytest.mark.parametrize("picks_faster", [True, False])
+def test_picks_that_lost_with_an_algorithm_switch_run_again_without_it(
+    picks_faster: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schedule picks and a direct twin faster alone lose whole to the defaults: the same schedule
+    picks without the switch are run whole against the defaults once more, and kept when they win;
+    either way the convs stay Winograd and the twin's time in the model is not stored. The kernels
+    are timed for real (the defaults' made to lose in place); the whole-model verdicts are given."""
+    import tuner.confirm as confirm_module
+    from tests.tuner.test_scheduler import twin_winograd_model
+
+    model = twin_winograd_model().SerializeToString()
+    db = SqlDatabase(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    tune(model, CompileOptions(), db, TuneOptions(trials=24, batch=4, confirm=False))
+    target = host_target()
+    twin = next(iter(confirm_module.algorithm_twins(model, CompileOptions(), db, target).values()))
+    db.commit_record(replace_secs(twin, 1e-9))  # the twin now runs faster alone than any Winograd kernel
+    timed = confirm_module._timed
+    calls: list[tuple[int, bool]] = []
+
+    def verdict(artifacts, copts, executor, stop, profile=True):  # type: ignore[no-untyped-def]
+        kernels, runs = timed(artifacts, copts, executor, stop, profile)
+        calls.append((len(artifacts), profile))
+        if len(calls) == 1:  # every variant's kernels: the defaults' made to lose in place
+            kernels[-1] = [{name: 10 * secs for name, secs in round_.items()} for round_ in kernels[-1]]
+        elif len(calls) == 2:  # the picks with the switch lose whole
+            runs = [2.0, 1.0]
+        else:  # the picks without it
+            runs = [1.0, 2.0] if picks_faster else [2.0, 1.0]
+        return kernels, runs
+
+    monkeypatch.setattr(confirm_module, "_timed", verdict)
+    tasks = [t for t in extract_tasks(model, CompileOptions()) if t.alternative_of is None]
+    result = confirm(model, CompileOptions(), db, tasks, target)
+    assert result is not None
+    compared = [t for t in result.tasks if len(t.in_model) >= 2]
+    assert compared and any(t.fastest_in_model != t.default_id for t in compared)
+    assert calls[1:] == [(2, True), (2, False)]  # picks with the switch, then without it
+    assert result.whole_model_secs == ((1.0, 2.0) if picks_faster else (2.0, 1.0))
+    assert result.kept_defaults is not picks_faster
+    assert not result.direct_convs and summary(result)["direct"] == []
+    assert [r for r in db.records(twin.workload_key, target.key) if r.model_secs is not None] == []
+    for t in compared:
+        best = db.best(t.key, target.key)
+        assert best is not None and best.id == (t.fastest_in_model if picks_faster else t.default_id)
+    compiled = compile_model(model, CompileOptions(), DatabaseSource(db))
+    algorithms = compiled.manifest["conv_algorithms"]
+    assert not algorithms["direct"] and len(algorithms["winograd"]) == 2
+    _runs_like_onnxruntime(compiled, model, 12, tmp_path)
+
+
 def _confirmed_with_verdict(
     model: bytes, db: SqlDatabase, picks_faster: bool, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Confirmation | None, list[int]]:
