@@ -13,7 +13,7 @@ from typing import Any
 
 from compiler.graph.ir import Graph
 from compiler.graph.passes import PARTITIONS, Group, implementations
-from compiler.graph.passes.alter_layout import DEPTHWISE_CHAIN, depthwise_chains, why_planar
+from compiler.graph.passes.alter_layout import DEPTHWISE_CHAIN, depthwise_chains, output_block, why_planar
 from compiler.graph.passes.conv_algorithm import algorithm_report, flops_bar
 from compiler.graph.passes.conv_transpose_phases import describe, why_kept
 from compiler.graph.passes.pointwise_rows import why_rows
@@ -252,7 +252,8 @@ def _conv_reasons(fr: Frontier) -> dict[str, list[str]]:
             if call.op == "conv2d":
                 reason = why_planar(call, block) if block > 1 else "the target has no vector block"
                 reason = reason or (DEPTHWISE_CHAIN if id(call) in depthwise_only else None)
-                verdict = f"stays NCHW: {reason}" if reason else f"runs blocked (NCHW{block}c)"
+                written = output_block(call, block) if reason is None else block
+                verdict = f"stays NCHW: {reason}" if reason else f"runs blocked (NCHW{written}c)"
                 out.setdefault(call.name, []).append(f"alter_layout: {verdict}")
     if "quantized_kernels" in by_pass:
         before = fr.after_pass[names.index("quantized_kernels") - 1][1]

@@ -106,6 +106,28 @@ def test_a_depthwise_conv_alone_says_why_it_stays_planar() -> None:
     assert DEPTHWISE_CHAIN in explanation.text()
 
 
+def test_a_conv_to_half_a_block_of_channels_says_it_writes_half_blocks() -> None:
+    rng = np.random.default_rng(3)
+    weights = {"w1": (16, 16, 3, 3), "w2": (8, 16, 1, 1), "w3": (32, 8, 1, 1)}
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["a"], name="wide", pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["a", "w2"], ["n"], name="narrow"),
+            helper.make_node("Conv", ["n", "w3"], ["y"], name="expand"),
+        ],
+        "narrow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n) for n, s in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    explanation = explain_model(model, CompileOptions(target="znver4"))  # 16 float lanes
+    (why,) = [w for w in _kernel_of(explanation, "narrow").why if w.startswith("alter_layout")]
+    assert why == "alter_layout: runs blocked (NCHW8c)"
+    (why,) = [w for w in _kernel_of(explanation, "expand").why if w.startswith("alter_layout")]
+    assert why == "alter_layout: runs blocked (NCHW16c)"
+
+
 def test_a_kernel_of_an_op_family_without_a_rule_says_it_fell_back_to_the_generic_rule() -> None:
     graph = helper.make_graph(
         [helper.make_node("Softmax", ["x"], ["y"], axis=1, name="scores")],

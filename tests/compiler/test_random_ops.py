@@ -115,6 +115,37 @@ def test_random_half_block_grouped_conv2d(seed: int, tmp_path) -> None:  # type:
     _check(model, {"x": _randn(rng, 1, c, h, w)}, tmp_path, opt_level=3)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_random_conv_to_half_a_block_of_channels(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A dense conv to half a vector of channels (MNASNet-0.5's 8 on a 16-lane target) between two
+    dense convs, with its bias: where half a vector holds at least 8 lanes, it writes half blocks
+    that the next conv reads; odd planes, 1x1 and 3x3 windows, strides 1 and 2."""
+    rng = np.random.default_rng(970 + seed)
+    lanes = parse_target("host").lanes()
+    half = max(1, lanes // 2)
+    c, k, stride = lanes * int(rng.integers(1, 3)), int(rng.choice([1, 3])), int(rng.integers(1, 3))
+    h, w = int(rng.integers(3, 20)), int(rng.integers(3, 20))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[0] * 4),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "w2", "b2"], ["n"], pads=[k // 2] * 4, strides=[stride] * 2),
+        helper.make_node("Conv", ["n", "w3"], ["e"], pads=[0] * 4),
+        helper.make_node("Relu", ["e"], ["y"]),
+    ]
+    weights = {
+        "w1": _randn(rng, c, c, 1, 1) / np.float32(np.sqrt(c)),
+        "w2": _randn(rng, half, c, k, k) / np.float32(np.sqrt(c * k * k)),
+        "b2": _randn(rng, half),
+        "w3": _randn(rng, 2 * lanes, half, 1, 1) / np.float32(np.sqrt(half)),
+    }
+    model = make_model(nodes, {"x": (TensorProto.FLOAT, [1, c, h, w])}, ["y"], weights)
+    _check(model, {"x": _randn(rng, 1, c, h, w)}, tmp_path, opt_level=3)
+    if half >= 8:
+        compiled = compile_model(model.SerializeToString(), CompileOptions())
+        blocks = [k.workload.func.params[-1].shape[-1] for k in compiled.kernels if "conv2d_nchwc" in k.name]
+        assert blocks == [lanes, half, lanes], blocks
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_random_strided_depthwise_conv2d(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Strided depthwise convs read a padded input dealt into column phases: odd and even widths,

@@ -23,7 +23,9 @@ A chain whose only convs are depthwise (one, say, between planar ops) stays NCHW
 products per value, so the layout transforms at its ends would cost more than its blocked kernels
 save, and the planar depthwise kernel runs along the rows (`depthwise_chains`).
 Channel counts that b does not divide (ShuffleNet's 116, 24 or 40 on a 16-lane target) are padded to
-whole blocks with zero lanes, unless that wastes more than half of the real work. Packed weights are
+whole blocks with zero lanes, unless that wastes more than half of the real work; a dense conv whose
+output channels would, but fill half blocks (8 channels on a 16-lane target), writes NCHW{b/2}c
+(`narrow_block`), read by the next conv as its input block. Packed weights are
 zero for those lanes, so they never reach a real channel, and only ops that keep finite values
 finite (bias, activations, residuals, a quantization's rounding; a division only by one nonzero
 constant) run on padded values.
@@ -96,7 +98,7 @@ def why_planar(call: Call, block: int) -> str | None:
     groups = call.attr("groups", 1)
     c, oc, cg = x.type.shape[1], call.type.shape[1], w.type.shape[1]
     if groups == 1 or (groups == c == oc and cg == 1):
-        if _padded(oc, block) > MAX_PADDING * oc:
+        if _padded(oc, block) > MAX_PADDING * oc and not narrow_block(call, block):
             return f"its {oc} output channels would be mostly padding in blocks of {block}"
         return None
     if (cg % block or (oc // groups) % block) and widened_groups(call, block) is None:
@@ -130,6 +132,23 @@ def group_block(call: Call, block: int) -> int:
     if cg % half or (oc // groups) % half:
         return 0
     return half
+
+
+def narrow_block(call: Call, block: int) -> int:
+    """The output block of a dense conv whose output channels would be mostly padding in blocks of
+    `block` but fill half blocks (MNASNet-0.5's projection to 8 channels on a 16-lane target): it
+    reads its input as any dense conv and writes NCHW{block/2}c in vectors half as wide, which the
+    next conv reads as its input block, where planar it would cost a layout transform on each side;
+    0 for every other conv."""
+    oc, half = call.type.shape[1], block // 2
+    if call.attr("groups", 1) != 1 or block % 2 or half < 8 or _padded(oc, block) <= MAX_PADDING * oc:
+        return 0
+    return half if _padded(oc, half) <= MAX_PADDING * oc else 0
+
+
+def output_block(call: Call, block: int) -> int:
+    """The channel block a conv2d that can run blocked (why_planar is None) writes."""
+    return group_block(call, block) or narrow_block(call, block) or block
 
 
 def widened_groups(call: Call, block: int) -> Call | None:
@@ -182,6 +201,9 @@ class _Rewriter:
         self.native: set[int] = set()  # ids of the old nodes made blocked ops (not converted to blocked)
         self.planar: dict[int, Expr] = {}
         self.blocked: dict[int, Expr] = {}  # id(old) -> value in NCHW{block}c (or NCHW{ib}c for a stem)
+        # ids of the old nodes made natively in half blocks by a narrow conv (narrow_block) or an
+        # elementwise op over one: its bias, activation or residual stays in that layout
+        self.narrow: set[int] = set()
 
     def as_planar(self, old: Expr) -> Expr:
         if id(old) not in self.planar:
@@ -226,10 +248,13 @@ class _Rewriter:
             return Call("conv2d_nchwc", (self.as_blocked(x, half), weight), call.attrs, out, call.name)
         ib = _input_block(call, self.block, self.is_blocked(x))
         depthwise = _depthwise(call)
-        packed = pack_weight(w.data, 1 if depthwise else ib, self.block)
-        layout = f"OIHW{1 if depthwise else ib}i{self.block}o"
+        ob = narrow_block(call, self.block) or self.block
+        packed = pack_weight(w.data, 1 if depthwise else ib, ob)
+        layout = f"OIHW{1 if depthwise else ib}i{ob}o"
         weight = Const(f"{w.name}.{layout}", packed)
-        out = _blocked_type(call.type, self.block)
+        out = _blocked_type(call.type, ob)
+        if ob != self.block:
+            self.narrow.add(id(call))
         attrs = call.attrs
         if depthwise:  # one group per lane, padding lanes included
             attrs = attrs_of({**call.attr_dict, "groups": out.shape[1] * self.block})
@@ -241,9 +266,12 @@ class _Rewriter:
         if pattern > Pattern.BROADCAST or call.op in _LAYOUT_DEPENDENT or call.type.ndim != 4:
             return None
         c = call.type.shape[1]
+        block = self.block
         if not any(self.is_blocked(a) for a in call.args):
-            return None
-        if c % self.block and not _keeps_finite(call):
+            if not any(id(a) in self.narrow for a in call.args):
+                return None
+            block = self.block // 2  # after a narrow conv: in its half blocks
+        if c % block and not _keeps_finite(call):
             return None
         args: list[Expr] = []
         for a in call.args:
@@ -253,18 +281,20 @@ class _Rewriter:
             if isinstance(a, Const):
                 data = a.data.reshape(shape)
                 if shape[1] == c:
-                    args.append(Const(f"{a.name}.{blocked_layout(self.block)}", to_blocked(data, self.block)))
+                    args.append(Const(f"{a.name}.{blocked_layout(block)}", to_blocked(data, block)))
                 elif shape[1] == 1:
                     args.append(Const(f"{a.name}.{blocked_layout(1)}", data[..., None]))
                 else:
                     return None
             elif shape[1] == c and (a.type.ndim == 4 or self.is_blocked(a)):
-                args.append(self.as_blocked(a, self.block))
+                args.append(self.as_blocked(a, block))
             elif shape[1] == 1:
                 args.append(_reshape(self.as_planar(a), (*shape, 1), f"{_name(a)}.{blocked_layout(1)}"))
             else:
                 return None
-        return Call(call.op, tuple(args), call.attrs, _blocked_type(call.type, self.block), call.name)
+        if block != self.block:
+            self.narrow.add(id(call))
+        return Call(call.op, tuple(args), call.attrs, _blocked_type(call.type, block), call.name)
 
     def reduction(self, call: Call) -> Expr | None:
         """A reduction over the spatial axes of a blocked value (global pooling)."""

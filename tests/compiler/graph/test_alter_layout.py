@@ -11,6 +11,8 @@ from compiler.graph.passes.alter_layout import (
     depthwise_chains,
     group_block,
     layout_report,
+    narrow_block,
+    output_block,
     why_planar,
     widened_groups,
 )
@@ -152,6 +154,42 @@ def test_groups_of_whole_half_blocks_run_in_half_blocks_between_transforms() -> 
     assert group_block(conv(x, 72, name="g24", groups=3), 8) == 0  # whole blocks of 8 already
     assert group_block(conv(x, 72, name="g12", groups=6), 16) == 0
     assert "6 groups of 12 input channels" in str(why_planar(conv(x, 72, name="g12", groups=6), 16))
+
+
+def test_a_dense_conv_to_half_a_block_of_channels_writes_half_blocks_that_the_next_conv_reads() -> None:
+    """MNASNet-0.5's projection to 8 channels on a 16-lane target: padded to a block it would be
+    mostly zeros, so it writes NCHW8c, its bias with it, and the next conv reads that as its input
+    block: no layout transform between them, where planar it took one on each side."""
+    x = var("x", 1, 16, 9, 7)
+    y = bias_relu(conv(x, 16, name="a"), "a")
+    narrow = conv(y, 8, k=1, name="narrow")
+    projected = call("add", narrow, const("narrow.b", 1, 8, 1, 1), name="narrow.add")
+    g = graph([x], bias_relu(conv(projected, 32, k=1, name="expand"), "expand"))
+    out = alter_conv_layout(g, 16)
+    check_pass(g, out, atol=1e-4)
+    assert transforms(out) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW")]
+    by_name = {c.name: c for c in out.calls()}
+    assert by_name["narrow"].op == "conv2d_nchwc" and by_name["narrow"].type.shape == (1, 1, 9, 7, 8)
+    assert ".OIHW16i8o" in by_name["narrow"].args[1].name
+    assert by_name["narrow.add"].type.shape == (1, 1, 9, 7, 8)
+    assert by_name["expand"].args[0] is by_name["narrow.add"]
+    assert ".OIHW8i16o" in by_name["expand"].args[1].name
+    assert narrow_block(narrow, 16) == 8 and output_block(narrow, 16) == 8 and why_planar(narrow, 16) is None
+    assert narrow_block(narrow, 8) == 0 and output_block(narrow, 8) == 8  # a whole block already
+    assert narrow_block(conv(y, 24, name="n24"), 16) == 0  # padded to 32: within the padding allowed
+    four = conv(y, 4, name="n4")
+    assert narrow_block(four, 16) == 0
+    assert "its 4 output channels would be mostly padding" in str(why_planar(four, 16))
+    assert narrow_block(conv(y, 8, name="g8", groups=8), 16) == 0  # grouped
+
+
+def test_a_narrow_conv_read_by_a_planar_op_is_converted_from_its_half_blocks() -> None:
+    x = var("x", 1, 16, 6, 6)
+    y = bias_relu(conv(x, 16, name="a"), "a")
+    g = graph([x], call("softmax", conv(y, 8, k=1, name="narrow"), axis=1, name="probs"))
+    out = alter_conv_layout(g, 16)
+    check_pass(g, out, atol=1e-4)
+    assert transforms(out) == [("NCHW", "NCHW16c"), ("NCHW8c", "NCHW")]
 
 
 def test_squeeze_excitation_global_pooling_and_concat_stay_blocked() -> None:
