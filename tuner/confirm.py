@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.kernels import ScheduleChoice
-from compiler.pipeline import CompileOptions, ModelInput, compile_model
+from compiler.pipeline import CompiledModel, CompileOptions, ModelInput, compile_model
 from compiler.target import Target
 from compiler.tir.trace import Trace
 from tuner.records import Database, TuningRecord, trace_hash
@@ -237,21 +237,14 @@ def confirm(
     if nvariants < 1:
         return None
     artifacts, variant_records = [], []
-    with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
-        for v in range(nvariants):
-            if stop():
-                raise ConfirmStopped("stopped while compiling the model variants")
-            choices = {k: _pick(p, v, nvariants) for k, p in picks.items() if p}
-            compiled = compile_model(model, options, _Fixed(choices))
-            path = Path(tmp) / f"variant{v}.temper"
-            compiled.save(path)
-            artifacts.append(path.read_bytes())
-            variant_records.append(
-                {
-                    k["name"]: (k["workload_key"], choices.get(k["workload_key"]))
-                    for k in compiled.manifest["kernels"]
-                }
-            )
+    for v in range(nvariants):
+        if stop():
+            raise ConfirmStopped("stopped while compiling the model variants")
+        choices = {k: _pick(p, v, nvariants) for k, p in picks.items() if p}
+        compiled = compile_model(model, options, _Fixed(choices))
+        artifacts.append(_artifact(compiled))
+        kernels = compiled.manifest["kernels"]
+        variant_records.append({k["name"]: (key := k["workload_key"], choices.get(key)) for k in kernels})
     timings, run_secs = _timed(artifacts, copts, executor, stop)
     by_task = {t.key: TaskConfirmation(t.name, t.key) for t in tasks}
     # per (workload, record): its per-call seconds in each round of each variant it ran in
@@ -288,10 +281,7 @@ def confirm(
     direct, winograd = _switched(picked.manifest) if picked is not None else ((), ())
     switched = direct + winograd
     if picked is not None and (switched or differ):
-        with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
-            path = Path(tmp) / "picks.temper"
-            picked.save(path)
-            both = [path.read_bytes(), artifacts[-1]]
+        both = [_artifact(picked), artifacts[-1]]
         # with twins switched in, each kernel is timed too: the twins' in-model times are stored
         kernel_rounds, (picked_s, defaults_s) = _timed(both, copts, executor, stop, profile=bool(switched))
         whole = (picked_s, defaults_s)
@@ -305,10 +295,7 @@ def confirm(
         if lost and switched and differ:
             # the algorithm switches may be what lost: the schedule picks alone get their own chance
             plain = compile_model(model, options, _Fixed(combined, timed=True))
-            with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
-                path = Path(tmp) / "picks.temper"
-                plain.save(path)
-                both = [path.read_bytes(), artifacts[-1]]
+            both = [_artifact(plain), artifacts[-1]]
             _, (picked_s, defaults_s) = _timed(both, copts, executor, stop, profile=False)
             whole = (picked_s, defaults_s)
             lost = picked_s >= defaults_s
@@ -330,6 +317,14 @@ def confirm(
         winograd_convs=tuple(winograd),
         picks_lost=lost,
     )
+
+
+def _artifact(compiled: CompiledModel) -> bytes:
+    """A compiled model's artifact bytes, as the timing process loads them."""
+    with tempfile.TemporaryDirectory(prefix="temper-confirm-") as tmp:
+        path = Path(tmp) / "model.temper"
+        compiled.save(path)
+        return path.read_bytes()
 
 
 def _switched(manifest: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:

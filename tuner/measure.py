@@ -366,7 +366,10 @@ def run_one(payload: RunPayload) -> RunResult:
     conn: Connection | None = None
     try:
         proc, conn = _start_measuring()
-        conn.send(child_args)
+        try:
+            conn.send(child_args)
+        except OSError:  # it died before reading them (the interpreter could not start, say)
+            raise _Failure(ErrorKind.CRASH, _death(proc)) from None
         tag, data = _receive(conn, proc, deadline, opts.timeout_secs)
         if tag != "output":
             raise _Failure(ErrorKind.RUNTIME, f"unexpected message {tag!r} from the measuring process")
