@@ -16,6 +16,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from llvmlite import ir
 
@@ -124,6 +125,47 @@ _MEM_TYPES: dict[str, ir.Type] = {
 _IDENTITY = {"+": 0.0, "max": float("-inf"), "min": float("inf")}
 
 
+_INT_FOLD: dict[str, Callable[[int, int], int]] = {
+    "+": lambda x, y: x + y,
+    "-": lambda x, y: x - y,
+    "*": lambda x, y: x * y,
+    "min": min,
+    "max": max,
+    "//": lambda x, y: x // y,  # floor division and modulo, as the emitted code computes them
+    "%": lambda x, y: x % y,
+}
+
+
+def _fold_int(op: str, x: ir.Value, y: ir.Value) -> ir.Value | None:
+    """`x op y` for scalar integers known here: both constants (an unrolled loop's index times a
+    stride), or an identity (`x + 0`, `x * 1`, `x * 0`, `x // 1`). The index arithmetic of every
+    unrolled iteration would otherwise be emitted for LLVM to fold, and the IR text, its parsing
+    and its optimisation grow with it. None: emit the instruction."""
+    ty = x.type
+    if not isinstance(ty, ir.IntType) or ty.width not in (32, 64) or y.type != ty:
+        return None
+    cx = x.constant if isinstance(x, ir.Constant) and isinstance(x.constant, int) else None
+    cy = y.constant if isinstance(y, ir.Constant) and isinstance(y.constant, int) else None
+    if cx is not None and cy is not None and op in _INT_FOLD and not (op in ("//", "%") and cy == 0):
+        value = _INT_FOLD[op](cx, cy) & ((1 << ty.width) - 1)  # wrapped to the type, as LLVM does
+        return ir.Constant(ty, value - (1 << ty.width) if value >> (ty.width - 1) else value)
+    if (op in ("+", "-") and cy == 0) or (op in ("*", "//") and cy == 1):
+        return x
+    if (op == "+" and cx == 0) or (op == "*" and cx == 1):
+        return y
+    if (op == "*" and (cx == 0 or cy == 0)) or (op == "%" and cy == 1):
+        return ir.Constant(ty, 0)
+    return None
+
+
+def _value_key(v: ir.Value) -> object:
+    """What makes two operands the same value: a constant's type and value, else the value itself
+    (by identity)."""
+    if isinstance(v, ir.Constant) and isinstance(v.constant, int):
+        return (str(v.type), v.constant)
+    return id(v)
+
+
 def reg_type(dtype: str) -> ir.Type:
     return I1 if dtype == "bool" else _MEM_TYPES[dtype]
 
@@ -147,6 +189,9 @@ class _Ctx:
     # the loops around the point of emission from the nearest parallel loop (or the kernel's top)
     # down, outermost first: (index, extent), which number the weight-streaming steps
     loops: list[tuple[ir.Value, int]] = field(default_factory=list)
+    # a buffer's pointer as its element type, made once in the entry block where the pointer is
+    # the function's argument or its alloca (see KernelEmitter._ptr), with the pointer it casts
+    typed: dict[Buffer, tuple[ir.Value, ir.Value]] = field(default_factory=dict)
 
     @contextlib.contextmanager
     def scalar(self, *, unmasked: bool = False) -> Iterator[None]:
@@ -179,6 +224,14 @@ class KernelEmitter:
         self.symbol = symbol
         self._outlined = 0
         self._load_accesses: dict[tuple[Load, Var | None], Access] = {}
+        # a store's flat offset, by its buffer, the identity of its indices and the extents of the
+        # variables they read (_offset); the indices are kept alive beside it so their id stays theirs
+        self._index_vars: dict[int, tuple[tuple[Expr, ...], tuple[Var, ...]]] = {}
+        self._offsets: dict[tuple[Buffer, int, tuple[int | None, ...]], Expr] = {}
+        # how a vector loop writes such an offset, by the offset's identity (it is kept in _offsets)
+        self._store_accesses: dict[tuple[int, Var, bool], Access] = {}
+        # integer scalars already computed, by block, op and operands (_binop)
+        self._numbered: dict[tuple[Any, ...], tuple[ir.Value, ...]] = {}
         # the constant parameter prefetched ahead of its reads, and the loop taking the steps
         # (compiler/codegen/stream.py)
         self._stream = next((p for p in func.params if p.name == stream), None)
@@ -262,11 +315,33 @@ class KernelEmitter:
         mem = _MEM_TYPES[buf.dtype]
         base = ctx.bufs[buf]
         if base.type != mem.as_pointer():
-            base = ctx.builder.bitcast(base, mem.as_pointer())
+            known = ctx.typed.get(buf)
+            if known is not None and known[0] is base:
+                base = known[1]
+            elif isinstance(base, (ir.Argument, ir.AllocaInstr)):  # defined in the entry block
+                ctx.typed[buf] = (base, ctx.entry.bitcast(base, mem.as_pointer()))
+                base = ctx.typed[buf][1]
+            else:
+                base = ctx.builder.bitcast(base, mem.as_pointer())
         p = ctx.builder.gep(base, [off], inbounds=True, source_etype=mem)
         if as_type is not None and as_type != mem:
             p = ctx.builder.bitcast(p, as_type.as_pointer())
         return p
+
+    def _offset(self, ctx: _Ctx, buf: Buffer, indices: tuple[Expr, ...]) -> Expr:
+        """flat_offset of buf[indices] under the loop ranges in scope. An unrolled loop emits its
+        body once per iteration from the same statements (a register tile's stores), so a place's
+        offset is simplified once for each set of extents of the variables it reads."""
+        known = self._index_vars.get(id(indices))
+        if known is None or known[0] is not indices:
+            used = {x for i in indices for x in walk_expr(i) if isinstance(x, Var)}
+            known = (indices, tuple(used))
+            self._index_vars[id(indices)] = known
+        key = (buf, id(indices), tuple(ctx.ranges.get(v) for v in known[1]))
+        off = self._offsets.get(key)
+        if off is None:
+            off = self._offsets[key] = flat_offset(buf, indices, ctx.ranges)
+        return off
 
     def _load(self, ctx: _Ctx, e: Load) -> ir.Value:
         b = ctx.builder
@@ -493,6 +568,25 @@ class KernelEmitter:
             if e.op == "%":
                 return b.frem(x, y)
             raise CodegenError(f"float op {e.op} unsupported")
+        folded = _fold_int(e.op, x, y)
+        if folded is not None:
+            return folded
+        if not isinstance(x.type, ir.IntType):
+            return self._int_binop(ctx, e, x, y)
+        # value numbering within a basic block: the iterations of an unrolled tile compute the same
+        # index terms (a row's offset) again for every access, for LLVM to merge; a value made
+        # earlier in the same block is reused instead (it dominates everything after it there)
+        key = (id(b.block), e.op, _value_key(x), _value_key(y))
+        known = self._numbered.get(key)
+        if known is not None:
+            return known[0]
+        r = self._int_binop(ctx, e, x, y)
+        self._numbered[key] = (r, b.block, x, y)  # holds what the key's ids stand for
+        return r
+
+    def _int_binop(self, ctx: _Ctx, e: BinOp, x: ir.Value, y: ir.Value) -> ir.Value:
+        """`x op y` for integer (or boolean) scalars or vectors."""
+        b = ctx.builder
         if e.op == "+":
             return b.add(x, y)
         if e.op == "-":
@@ -507,7 +601,10 @@ class KernelEmitter:
         if e.op in ("//", "%"):
             lo, _ = bounds(e.a, ctx.ranges)
             dlo, _ = bounds(e.b, ctx.ranges)
-            if lo >= 0 and dlo > 0 and ctx.vec is None:
+            # truncation is floor for a scalar whose ranges prove it non-negative (an address in a
+            # vector loop that does not vary with its lanes too); lanes switched off by a mask may
+            # run past the ranges, so vectors keep the exact floor
+            if lo >= 0 and dlo > 0 and not isinstance(x.type, ir.VectorType):
                 return b.sdiv(x, y) if e.op == "//" else b.srem(x, y)
             q, r = b.sdiv(x, y), b.srem(x, y)
             zero = (
@@ -720,10 +817,10 @@ class KernelEmitter:
 
     def _store(self, ctx: _Ctx, s: Store) -> None:
         b = ctx.builder
-        if ctx.vec is not None and self._lane_reduction(ctx, s):
+        off = self._offset(ctx, s.buffer, s.indices)
+        if ctx.vec is not None and self._lane_reduction(ctx, s, off):
             return
         val = self._accumulate(ctx, s) or self._expr(ctx, s.value)
-        off = flat_offset(s.buffer, s.indices, ctx.ranges)
         if s.buffer.dtype == "bool":
             val = b.zext(
                 val, ir.VectorType(I8, val.type.count) if isinstance(val.type, ir.VectorType) else I8
@@ -734,7 +831,11 @@ class KernelEmitter:
         var, lanes = ctx.vec
         if not isinstance(val.type, ir.VectorType):
             val = self._splat(b, val, lanes)
-        acc = store_access(off, var, ctx.ranges, masked=ctx.mask is not None)
+        masked = ctx.mask is not None
+        acc = self._store_accesses.get((id(off), var, masked))
+        if acc is None or acc.offset is not off:
+            acc = store_access(off, var, ctx.ranges, masked=masked)
+            self._store_accesses[(id(off), var, masked)] = acc
         if ctx.mask is not None:
             self._masked_store(ctx, s.buffer, acc, val)
             return
@@ -757,14 +858,13 @@ class KernelEmitter:
                         self._ptr(ctx, s.buffer, self._expr(ctx, lo)),
                     )
 
-    def _lane_reduction(self, ctx: _Ctx, s: Store) -> bool:
+    def _lane_reduction(self, ctx: _Ctx, s: Store, off: Expr) -> bool:
         """`acc[i] = op(acc[i], x)` in a vector loop over the reduced axis (legality allows only
         that, see lane_combine): the lanes of x combined into one value (masked-off lanes as the
         op's identity), then into the scalar accumulator. False for any other store."""
         op = lane_combine(s)
         assert ctx.vec is not None
         var, lanes = ctx.vec
-        off = flat_offset(s.buffer, s.indices, ctx.ranges)
         if op is None or any(x is var for x in walk_expr(off)):
             return False
         b = ctx.builder
