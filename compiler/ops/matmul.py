@@ -95,6 +95,45 @@ def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
         score = mt * nvec / (mt + nvec) + 0.01 * mt * nvec - (0.5 if nt < lanes else 0) - waste
         if (score, mt) > (best_score, best[0]):
             best, best_score = (mt, nt), score
+    if best_score < 0 and rows > 1:  # no column tile divides the width (a sequence of 197 tokens)
+        return tail_tile(target, rows, cols)
+    return best
+
+
+# cycles between two FMAs into one accumulator (the FMA latency of current x86 cores): a step of a
+# tile takes at least this long, however few accumulators it has
+_FMA_LATENCY = 4
+
+
+def _tile_step_cycles(target: Target, rows: int, vectors: int) -> float:
+    """Cycles of one reduction step of a rows x vectors tile: its FMAs at the target's rate, its
+    loads (a broadcast per row, a panel vector per column vector) at two per cycle, at least the
+    FMA latency."""
+    return max(rows * vectors / target.fma_per_cycle, (rows + vectors) / 2, _FMA_LATENCY)
+
+
+def tail_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
+    """(row tile, column tile) where no column tile divides the width, as an odd sequence length
+    makes attention's score matmul (197 x 64 by 64 x 197): the last column tile runs partly empty
+    and the last row tile is a shorter one (a partitioned loop), and the tile is the one whose
+    steps over the whole output take the fewest cycles (_tile_step_cycles), counting the empty
+    lanes and the short tile. Its width is at most half the row, so that a right-hand operand
+    computed by the model is still copied into panels (matmul's `pack`), and two registers stay
+    spare (a tile filling them all spills). Of tiles as fast, the one with fewer accumulators."""
+    lanes, regs = target.lanes(), target.vector_registers
+    best, best_key = (1, lanes), (float("inf"), 0)
+    for nvec in range(1, 9):
+        nt = nvec * lanes
+        if 2 * nt > cols:
+            break
+        tiles = -(-cols // nt)
+        for mt in range(1, min(rows, (regs - nvec - 3) // nvec) + 1):
+            tail = rows % mt
+            steps = (rows // mt) * _tile_step_cycles(target, mt, nvec)
+            steps += _tile_step_cycles(target, tail, nvec) if tail else 0.0
+            key = (round(tiles * steps, 6), mt * nvec)
+            if key < best_key:
+                best, best_key = (mt, nt), key
     return best
 
 

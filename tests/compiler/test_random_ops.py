@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import compiler.runtime
 from compiler.kernels import ScheduleChoice, default_schedule
-from compiler.pipeline import CompileOptions, compile_model, inspect_model
+from compiler.pipeline import CompileOptions, build_frontier, compile_model, inspect_model
 from compiler.target import parse_target
 from tests.compiler.frontend.onnx_check import make_model, run_ort, single_op
 from tests.compiler.test_compiled_ops import compile_and_run
@@ -672,6 +672,34 @@ def test_random_matmul(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-
         model, feeds = single_op("MatMul", {"a": a}, {"b": b})
     else:
         model, feeds = single_op("MatMul", {"a": a, "b": b})
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_attention_matmuls_with_odd_widths(seed: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Attention's score matmul at sequence lengths no column tile divides (197 tokens, 199 frames):
+    several rows per register tile, a partly empty last column tile and a shorter last row tile
+    (matmul.tail_tile), over batch x heads, with a scale fused after it or a constant right side."""
+    from onnx import TensorProto, helper
+
+    from tests.compiler.frontend.onnx_check import make_model
+
+    rng = np.random.default_rng(900 + seed)
+    seq = int(rng.choice([131, 197, 199, 200, 257])) + int(rng.integers(0, 3))
+    heads, dim = int(rng.integers(1, 4)), int(rng.choice([16, 32, 64]))
+    q, k = _randn(rng, 1, heads, seq, dim), _randn(rng, 1, heads, dim, seq)
+    if seed % 3 == 2:
+        model, feeds = single_op("MatMul", {"q": q}, {"k": k})
+    else:
+        scale = np.array(1 / np.sqrt(dim), np.float32)
+        nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Mul", ["s", "c"], ["y"])]
+        shapes = {"q": (TensorProto.FLOAT, list(q.shape)), "k": (TensorProto.FLOAT, list(k.shape))}
+        model = make_model(nodes, shapes, ["y"], {"c": scale})
+        feeds = {"q": q, "k": k}
+    frontier = build_frontier(model.SerializeToString(), CompileOptions())
+    matmuls = [k.workload for k in frontier.kernels if k.workload.anchor_op == "matmul"]
+    (tile,) = [default_schedule(w)[0].decisions for w in matmuls]
+    assert tile["mt"] > 1 or seq % tile["nt"] == 0, tile
     _check(model, feeds, tmp_path, opt_level=3)
 
 

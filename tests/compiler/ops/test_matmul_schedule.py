@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.ops.matmul import register_tile
+from compiler.ops.matmul import register_tile, tail_tile
 from compiler.target import Target
 
 AVX512 = Target("x86_64-unknown-linux-gnu", "sapphirerapids", "", 512, 2)
@@ -38,3 +38,35 @@ def test_between_tiles_as_good_the_one_with_more_rows_wins() -> None:
     6-row tile reads 4 panel vectors per step, not 6 (ViT's and BERT's 768-wide layers)."""
     for rows, cols in [(197, 768), (197, 3072), (128, 2304), (12, 768)]:
         assert register_tile(AVX512, rows, cols) == (6, 64)
+
+
+ZEN4 = Target("x86_64-unknown-linux-gnu", "znver4", "", 512, 2)
+
+
+@pytest.mark.parametrize("target", [AVX512, ZEN4, AVX2], ids=["avx512", "znver4", "avx2"])
+@pytest.mark.parametrize(
+    "rows,cols", [(197, 197), (199, 199), (1500, 1501), (256, 1001), (12, 131), (300, 203)]
+)
+def test_widths_no_column_tile_divides_get_several_rows_and_a_partial_last_tile(
+    target: Target, rows: int, cols: int
+) -> None:
+    """Attention's score matmul at 197 tokens: no tile of 1-8 vectors divides the width. The tile
+    keeps several rows (a single row loads a broadcast and a vector per FMA), its last column tile
+    runs partly empty, it is at most half the width (an activation right-hand side is still copied
+    into panels), and two registers stay spare."""
+    mt, nt = register_tile(target, rows, cols)
+    lanes = target.lanes()
+    vectors = nt // lanes
+    assert nt % lanes == 0 and 2 * nt <= cols
+    assert mt > 1 and mt * vectors >= 4  # enough accumulators to cover the FMA latency
+    assert mt * vectors + vectors + 3 <= target.vector_registers
+
+
+def test_of_tail_tiles_the_one_wasting_fewest_cycles_wins() -> None:
+    """On a core starting one 512-bit FMA per cycle every tile of four or more accumulators is FMA
+    bound, so the fewest empty lanes decide: one vector wide for 197 columns (13 tiles, 11 empty
+    lanes), not two (7 tiles, 27 empty)."""
+    assert tail_tile(ZEN4, 197, 197)[1] == 16
+    # two FMAs per cycle: one vector per row is bound by its loads, so rows share them longer
+    mt, nt = tail_tile(AVX512, 197, 197)
+    assert mt * (nt // 16) > 6
