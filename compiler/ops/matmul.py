@@ -137,7 +137,10 @@ def tail_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
     return best
 
 
-MIN_PARALLEL_WEIGHT_BYTES = 256 << 10
+# a small matmul whose constant weights outgrow L1 (a recurrent cell's step, a dense layer at batch
+# 1) is bound by streaming them from L2: from this size on, each core streaming its half takes less
+# time than waking the other core costs
+MIN_PARALLEL_WEIGHT_BYTES = 128 << 10
 
 
 def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
@@ -185,8 +188,7 @@ def _matmul_schedule(sch: Schedule, info: KernelInfo) -> None:
     for iv in blk.iter_vars[:-3]:
         batch_size *= iv.extent
     # a dense layer at batch 1 has few FLOPs but streams its whole weight matrix: split over the
-    # cores, each keeps its share in its own L2 from one call to the next (MLP 784x512: 42 us on
-    # one core)
+    # cores, each keeps its share in its own L2 from one call to the next
     weight_bytes = max(
         (
             math.prod(x.buffer.shape) * 4

@@ -4,11 +4,16 @@ row gets a wide column tile, and of two tiles equally good by FMAs per load the 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import compiler.runtime
 from compiler.ops.matmul import register_tile, tail_tile
+from compiler.pipeline import CompileOptions, compile_model
 from compiler.target import Target
+from tests.compiler.frontend.onnx_check import single_op
 
 AVX512 = Target("x86_64-unknown-linux-gnu", "sapphirerapids", "", 512, 2)
 AVX2 = Target("x86_64-unknown-linux-gnu", "znver3", "", 256, 2)
@@ -70,3 +75,24 @@ def test_of_tail_tiles_the_one_wasting_fewest_cycles_wins() -> None:
     # two FMAs per cycle: one vector per row is bound by its loads, so rows share them longer
     mt, nt = tail_tile(AVX512, 197, 197)
     assert mt * (nt // 16) > 6
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "parallel"), [(160, 320, "tiles"), (192, 768, "tiles"), (160, 160, "none")]
+)
+def test_a_single_row_against_weights_beyond_l1_runs_on_every_core(
+    k: int, n: int, parallel: str, tmp_path: Path
+) -> None:
+    """A recurrent cell's step (one row against a constant weight matrix) has too few FLOPs to be
+    worth waking the other core for, unless its weights stream from L2: from a size on, each core
+    streaming half of them wins. The split kernel computes what numpy does."""
+    rng = np.random.default_rng(k + n)
+    x = rng.standard_normal((1, k), dtype=np.float32)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    model, feeds = single_op("MatMul", {"x": x}, {"w": w})
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    (kernel,) = [kr for kr in compiled.kernels if kr.workload.anchor_op == "matmul"]
+    assert dict(kernel.trace.decisions)["parallel"] == parallel
+    compiled.save(tmp_path / "m.temper")
+    got = compiler.runtime.load(tmp_path / "m.temper").run(feeds)["y0"]
+    np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)
