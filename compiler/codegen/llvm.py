@@ -355,7 +355,8 @@ class KernelEmitter:
         if acc is None:
             acc = load_access(flat_offset(e.buffer, e.indices, ctx.ranges), vec_var)
             self._load_accesses[(e, vec_var)] = acc
-        if ctx.mask is not None:
+        masked = ctx.mask is not None and not self._tile_lanes(ctx, e.buffer, acc)
+        if masked:
             acc = masked_load(acc)
         if acc.kind in ("scalar", "broadcast"):
             v = b.load(self._ptr(ctx, e.buffer, self._expr(ctx, acc.offset)), typ=mem)
@@ -367,7 +368,7 @@ class KernelEmitter:
             with ctx.scalar():
                 p = self._ptr(ctx, e.buffer, self._expr(ctx, acc.base), ir.VectorType(mem, lanes))
             vt = ir.VectorType(mem, lanes)
-            if ctx.mask is not None:
+            if masked:
                 fn = self._masked("load", vt)
                 v = b.call(fn, [b.bitcast(p, PTR), ir.Constant(I32, 4), ctx.mask, ir.Constant(vt, None)])
             else:
@@ -836,6 +837,14 @@ class KernelEmitter:
         if acc is None or acc.offset is not off:
             acc = store_access(off, var, ctx.ranges, masked=masked)
             self._store_accesses[(id(off), var, masked)] = acc
+        if ctx.mask is not None and self._tile_lanes(ctx, s.buffer, acc):
+            # the switched-off lanes keep what they held, and the tile stays in registers
+            assert acc.base is not None
+            with ctx.scalar():
+                p = self._ptr(ctx, s.buffer, self._expr(ctx, acc.base), val.type)
+            st = b.store(b.select(ctx.mask, val, b.load(p, typ=val.type, align=4)), p)
+            st.align = 4
+            return
         if ctx.mask is not None:
             self._masked_store(ctx, s.buffer, acc, val)
             return
@@ -975,6 +984,22 @@ class KernelEmitter:
         r = ctx.builder.fadd(x, y)
         r.flags.extend(["reassoc", "contract"])
         return r
+
+    def _tile_lanes(self, ctx: _Ctx, buf: Buffer, acc: Access) -> bool:
+        """Whether a predicated vector loop may touch every lane of this access to a register tile
+        as if no lane were switched off: a `local` buffer read or written at consecutive elements
+        that all lie inside it, whatever the mask (a partial column tile whose allocation covers
+        the whole tile), on this function's own stack, so no other thread writes the lanes a
+        store keeps. Such an access takes plain loads and stores (a store keeping the switched-off
+        lanes' old values), which LLVM keeps in registers; a masked access to the tile's memory
+        pins every accumulator of it on the stack."""
+        if buf.scope != "local" or acc.kind != "contiguous" or ctx.vec is None:
+            return False
+        own = ctx.bufs.get(buf)
+        if not isinstance(own, ir.AllocaInstr) or own.function is not ctx.fn:
+            return False
+        lo, hi = bounds(acc.offset, ctx.ranges)
+        return lo >= 0 and hi <= buf.size - 1
 
     def _masked(self, kind: str, vt: ir.VectorType) -> ir.Function:
         el = vt.element
