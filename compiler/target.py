@@ -92,6 +92,17 @@ _SERVER_CORE_FEATURES = ("+amx-tile", "+avx512fp16")
 # the private L2 of every Intel core with those features (Sapphire, Emerald and Granite Rapids)
 _SERVER_L2_KIB = 2048
 
+# cycles before an FMA's result can feed the next FMA into the same accumulator (current x86 cores)
+FMA_LATENCY = 4
+
+
+def tile_step_cycles(fmas: int, loads: int, fma_per_cycle: int) -> float:
+    """Cycles of one reduction step of a register tile: its FMAs at `fma_per_cycle`, its loads (a
+    vector or a broadcast each) at two per cycle, and at least the FMA latency, since each
+    accumulator's FMA waits for its previous step's. The one cost model of the register tiles of
+    every op family (matmul, blocked conv)."""
+    return max(fmas / fma_per_cycle, loads / 2, FMA_LATENCY)
+
 
 @dataclass(frozen=True, slots=True)
 class Target:

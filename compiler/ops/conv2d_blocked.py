@@ -31,7 +31,7 @@ from compiler.ops.conv2d import (
 )
 from compiler.ops.layout import to_blocked, to_planar
 from compiler.ops.registry import OpDef, Pattern, register
-from compiler.target import DEFAULT_L2_BYTES, Target
+from compiler.target import DEFAULT_L2_BYTES, FMA_LATENCY, Target, tile_step_cycles
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Block, Buffer, Expr, IntImm, IterVar, Layout, Load, substitute, walk_expr
@@ -152,14 +152,16 @@ def _compute(inputs: Sequence[te.Tensor], attrs: dict[str, Any], out: TensorType
                       dtype=out.dtype)  # fmt: skip
 
 
-# independent FMAs needed to hide the FMA latency: ~4 cycles x 2 pipes on current x86 cores
-_FMA_IN_FLIGHT = 8
+# independent FMAs needed to hide the FMA latency on a core starting two FMAs a cycle
+_FMA_IN_FLIGHT = 2 * FMA_LATENCY
 
 
 def _step_cycles(cols: int, per_col: int) -> float:
-    """Cycles of one reduction step of a tile of `cols` columns by `per_col` vectors: two FMAs and
-    two loads (weight vectors, input broadcasts) per cycle, and at least the FMA latency."""
-    return max(cols * per_col / 2, (per_col + cols) / 2, _FMA_IN_FLIGHT / 2)
+    """Cycles of one reduction step of a tile of `cols` columns by `per_col` vectors
+    (compiler.target.tile_step_cycles): an FMA per accumulator, two a cycle (a core starting one 512-bit FMA
+    a cycle takes block_register_tile's tiles instead), a weight vector per vector of a column and
+    an input broadcast per column."""
+    return tile_step_cycles(cols * per_col, per_col + cols, 2)
 
 
 def tile_cycles(width: int, owt: int, per_col: int) -> float:
@@ -214,7 +216,7 @@ def depthwise_tile(ow: int, vecs: int) -> int:
     cap = max(1, min(ow, max(_FMA_IN_FLIGHT, vecs) // vecs))
 
     def cycles(cols: int) -> float:
-        return max(cols * vecs / 2, _FMA_IN_FLIGHT / 2)
+        return max(cols * vecs / 2, FMA_LATENCY)
 
     def key(d: int) -> tuple[float, bool, int]:
         tail = ow % d
@@ -497,12 +499,9 @@ def block_register_tile(target: Target, blocks: int, block: int, ow: int) -> tup
     return register_tile(target, blocks, block, ow, whole_rows=target.vector_bits >= 512)
 
 
-_FMA_LATENCY = 4  # cycles before an FMA's result can feed the next FMA into the same accumulator
-
-
 def one_block_run(ow: int) -> int:
     """Output columns per run of a one-block tile: a step of a run of c columns issues c FMAs, one
-    per accumulator, and takes max(c, _FMA_LATENCY) cycles (an AVX-512 FMA per cycle, as Zen 4
+    per accumulator, and takes max(c, FMA_LATENCY) cycles (an AVX-512 FMA per cycle, as Zen 4
     issues them; a core issuing two is latency-bound on the short runs alike), so the run length
     up to _FMA_IN_FLIGHT that covers the row in the fewest cycles: a 17-column row takes runs of
     6 (6 + 6 + 5), not 8 + 8 and a latency-bound last column. Ties go to a row without a shorter
@@ -510,7 +509,7 @@ def one_block_run(ow: int) -> int:
 
     def key(c: int) -> tuple[int, bool, int]:
         tail = ow % c
-        return ((ow // c) * max(c, _FMA_LATENCY) + (max(tail, _FMA_LATENCY) if tail else 0), tail > 0, -c)
+        return ((ow // c) * max(c, FMA_LATENCY) + (max(tail, FMA_LATENCY) if tail else 0), tail > 0, -c)
 
     return min(range(1, min(ow, _FMA_IN_FLIGHT) + 1), key=key)
 

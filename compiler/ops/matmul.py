@@ -14,7 +14,7 @@ import numpy as np
 
 from compiler.ops.common import NUMERIC, broadcast_shapes, expect_args, expect_dtype, expect_same_dtype, fail
 from compiler.ops.registry import OpDef, Pattern, register
-from compiler.target import Target
+from compiler.target import Target, tile_step_cycles
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import Expr, Layout, Load, walk_expr
@@ -100,16 +100,10 @@ def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
     return best
 
 
-# cycles between two FMAs into one accumulator (the FMA latency of current x86 cores): a step of a
-# tile takes at least this long, however few accumulators it has
-_FMA_LATENCY = 4
-
-
 def _tile_step_cycles(target: Target, rows: int, vectors: int) -> float:
-    """Cycles of one reduction step of a rows x vectors tile: its FMAs at the target's rate, its
-    loads (a broadcast per row, a panel vector per column vector) at two per cycle, at least the
-    FMA latency."""
-    return max(rows * vectors / target.fma_per_cycle, (rows + vectors) / 2, _FMA_LATENCY)
+    """Cycles of one reduction step of a rows x vectors tile (compiler.target.tile_step_cycles): an FMA per
+    accumulator at the target's rate, a broadcast per row and a panel vector per column vector."""
+    return tile_step_cycles(rows * vectors, rows + vectors, target.fma_per_cycle)
 
 
 def tail_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:

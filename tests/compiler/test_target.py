@@ -8,6 +8,7 @@ import pytest
 
 from compiler.errors import CompilerError
 from compiler.target import (
+    FMA_LATENCY,
     KNOWN_CPUS,
     Target,
     describe_key,
@@ -17,6 +18,7 @@ from compiler.target import (
     host_target_of,
     parse_target,
     target_key,
+    tile_step_cycles,
 )
 
 
@@ -167,3 +169,12 @@ def test_cache_sizes_are_read_from_sysfs_by_level(tmp_path: Path) -> None:
 def test_the_hosts_last_level_cache_is_its_l3_where_sysfs_lists_one() -> None:
     l3 = host_cache_bytes(3)
     assert host_llc_bytes() == l3 if l3 else host_llc_bytes() > 0
+
+
+def test_a_tile_step_takes_its_fmas_its_loads_or_the_fma_latency_whichever_is_longest() -> None:
+    """The register tiles' one cost model: 6 x 4 accumulators are FMA bound (12 cycles at two a
+    cycle, 24 at one), a one-row tile of 8 vectors is load bound (9 loads at two a cycle against
+    4 FMA cycles), and a tile of 2 accumulators still waits for the FMA latency."""
+    assert tile_step_cycles(24, 10, 2) == 12 and tile_step_cycles(24, 10, 1) == 24
+    assert tile_step_cycles(8, 9, 2) == 4.5
+    assert tile_step_cycles(2, 3, 2) == FMA_LATENCY
