@@ -35,6 +35,7 @@ from compiler.target import DEFAULT_L2_BYTES, FMA_LATENCY, Target, tile_step_cyc
 from compiler.tensor_type import TensorType
 from compiler.tir import compute as te
 from compiler.tir.ir import BinOp, Block, Buffer, Expr, IntImm, IterVar, Layout, Load, substitute, walk_expr
+from compiler.tir.padding_steps import support_breaks, zero_padded
 from compiler.tir.rules import (
     MIN_PARALLEL_FLOPS,
     KernelInfo,
@@ -551,6 +552,29 @@ def padded_tile(
     return best
 
 
+def skip_aligned_tile(
+    sch: Schedule, target: Target, nest: ConvNest, blocks: int, block: int, ow: int
+) -> tuple[int, int] | None:
+    """(channel blocks, columns) of a register tile whose column tiles start wherever a tap's reads
+    enter or leave the input, for a conv whose padded input is mostly padding (a dilated conv over
+    a small plane: DeepLab's rate-12 3x3 over 14x14 reads input at the plane's two edges only for
+    its outer taps). The steps of a tap that reads only padding are skipped per tile
+    (compiler/tir/padding_steps.py); a tile straddling such an edge runs all its columns for the
+    few that read input. The tile is register_tile's over a row as wide as the largest width
+    dividing every edge and the row. None where the input is not mostly padding, no tap has an
+    edge inside the row, or the row tile already divides every edge."""
+    if nest.pad is None:
+        return None
+    breaks = support_breaks(nest.blk, zero_padded(sch.func.body), axis=3)
+    if not breaks:
+        return None
+    width = math.gcd(ow, *breaks)
+    if width % block_register_tile(target, blocks, block, ow)[1] == 0:
+        return None
+    nb, owt = register_tile(target, blocks, block, width, whole_rows=True)
+    return nb, max(d for d in range(1, owt + 1) if width % d == 0)
+
+
 def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     """Dense and grouped convs: a register tile of (channel blocks x output columns) accumulates
     over (input blocks, kh, kw, input lanes), one broadcast input value times one weight vector
@@ -565,8 +589,9 @@ def block_tile(sch: Schedule, info: KernelInfo, nest: ConvNest) -> None:
     # a grouped conv's missing blocks would read input channels past its input: dense convs only
     padded = padded_sizes(extents[1]) if is_dense(nest.blk) else ()
     tile = padded_tile(info.target, extents[1], extents[4], oh, ow, threads) if padded else None
-    row_tile = tile or block_register_tile(info.target, extents[1], extents[4], ow)
-    plane0 = plane_tile(info.target, extents[1], extents[4], oh, ow, row_tile, threads)
+    aligned = skip_aligned_tile(sch, info.target, nest, extents[1], extents[4], ow)
+    row_tile = aligned or tile or block_register_tile(info.target, extents[1], extents[4], ow)
+    plane0 = None if aligned else plane_tile(info.target, extents[1], extents[4], oh, ow, row_tile, threads)
     sums = extents[4] * oh * ow * 4  # the plane's partial sums per channel block
     planes = [False, True] if oh > 1 and sums <= MAX_PLANE_SUM_BYTES else [False]
     plane = sch.decide("plane_tile", planes, plane0 is not None)

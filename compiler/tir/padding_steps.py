@@ -15,6 +15,8 @@ is left out (true) or empties the body (false).
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 
 from compiler.tir.ir import (
@@ -199,3 +201,50 @@ def skip_padding_steps(s: Stmt, padded: Padded, ranges: Mapping[Var, int] | None
     if isinstance(s, Allocate):
         return Allocate(s.buffer, skip_padding_steps(s.body, padded, ranges))
     return s
+
+
+# combinations of the other iterators' values that support_breaks evaluates a comparison at
+_MAX_BREAK_CASES = 1024
+
+
+def support_breaks(blk: Block, padded: Padded, axis: int) -> tuple[int, ...]:
+    """The values of the block's iterator `axis` at which a padded factor of its accumulation
+    starts or stops holding input, for some value of the other iterators its comparisons name
+    (a dilated conv's output columns where a tap's reads enter or leave the input): a tile of that
+    axis starting at each of them holds, for every tap, only steps that read input or only steps
+    that read padding, so skip_padding_steps skips exactly. Empty when the block accumulates no
+    padded factor or the comparisons are not affine in iterators of small ranges."""
+    if not isinstance(blk.body, Store):
+        return ()
+    found = _accumulation(blk.body)
+    if found is None:
+        return ()
+    store, _ = found
+    assert isinstance(store.value, BinOp)
+    ranges = {iv.var: iv.extent for iv in blk.iter_vars}
+    var, extent = blk.iter_vars[axis].var, blk.iter_vars[axis].extent
+    factors = _factors(store.value.a) + _factors(store.value.b)
+    moved = [
+        c
+        for f in factors
+        if (s := _support(f, padded)) is not None
+        for c in _comparisons(s)
+        if any(x is var for x in walk_expr(c))
+    ]
+    breaks: set[int] = set()
+    for c in moved:
+        others = sorted(
+            {x for x in walk_expr(c) if isinstance(x, Var) and x is not var}, key=lambda v: v.name
+        )
+        if any(v not in ranges for v in others) or math.prod(ranges[v] for v in others) > _MAX_BREAK_CASES:
+            return ()
+        for values in itertools.product(*(range(ranges[v]) for v in others)):
+            fixed = substitute(c, dict(zip(others, (IntImm(x) for x in values), strict=True)))
+            truth = []
+            for x in range(extent):
+                held = simplify(substitute(fixed, {var: IntImm(x)}), {})
+                if not isinstance(held, IntImm):
+                    return ()
+                truth.append(bool(held.value))
+            breaks.update(x for x in range(1, extent) if truth[x] != truth[x - 1])
+    return tuple(sorted(breaks))

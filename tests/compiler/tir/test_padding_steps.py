@@ -14,11 +14,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from compiler.kernels import default_schedule
+from compiler.kernels import Workload, default_schedule
 from compiler.pipeline import CompileOptions, frontier_for
 from compiler.tir.flatten import flatten
 from compiler.tir.ir import BinOp, FloatImm, For, IfThenElse, PrimFunc, Store, Var, walk_expr, walk_stmts
-from compiler.tir.padding_steps import zero_padded
+from compiler.tir.padding_steps import support_breaks, zero_padded
+from compiler.tir.rules import block_of
+from compiler.tir.trace import Schedule
 from tests.compiler.frontend.onnx_check import run_ort
 from tests.compiler.test_compiled_ops import compile_and_run
 
@@ -136,3 +138,43 @@ def test_only_buffers_filled_with_zero_outside_a_condition_count_as_padding() ->
     )
     assert zero_padded(func.body) == {}
     assert _guarded_loops(flatten(func)) == []
+
+
+def _conv_workload(model: onnx.ModelProto, target: str = "host") -> Workload:
+    """The direct conv's workload (a 'same' 3x3 conv would be a Winograd one)."""
+    options = CompileOptions(target=target, disabled_passes=frozenset({"conv_algorithm"}))
+    fr = frontier_for(model.SerializeToString(), options, None)
+    (w,) = [k.workload for k in fr.kernels if k.workload.anchor_op == "conv2d_nchwc"]
+    return w
+
+
+@pytest.mark.parametrize(
+    ("name", "edges"),
+    [
+        ("atrous rate 12 on 14x14", (2, 12)),  # the outer taps read input at columns 12-13 and 0-1
+        ("atrous rate 6 on 13x13 (tile tails)", (6, 7)),
+        ("atrous rate 8 on 6x6, stride 2", ()),  # its outer taps never read input
+        ("5x5 pad 4 on 3x3", (1, 2, 3, 4, 5, 6)),
+        ("same 3x3", ()),  # mostly input: not a padded buffer
+    ],
+)
+def test_the_columns_where_a_tap_reads_enter_or_leave_the_input(name: str, edges: tuple[int, ...]) -> None:
+    """support_breaks: the output columns at which some tap's reads cross the input's edge (the
+    column tiles of an atrous conv start there, so its guards skip exactly)."""
+    w = _conv_workload(_conv(**CASES[name])[0])
+    sch = Schedule(w.func, w.const_params)
+    assert w.info.anchor_block is not None
+    blk = block_of(sch, w.info.anchor_block)
+    assert support_breaks(blk, zero_padded(sch.func.body), axis=3) == edges
+
+
+@pytest.mark.parametrize("target", ["host", "znver3", "skylake-avx512"])
+def test_an_atrous_convs_column_tiles_start_at_the_inputs_edges(target: str) -> None:
+    """The rate-12 conv over 14x14 takes column tiles dividing 2 (each tile's outer taps read only
+    input or only padding) with enough accumulators; a 'same' conv keeps its row tile."""
+    w = _conv_workload(_conv(**CASES["atrous rate 12 on 14x14"])[0], target)
+    decisions = default_schedule(w)[0].decisions
+    assert 2 % decisions["owt"] == 0 and decisions["nb"] * decisions["owt"] >= 4, decisions
+    assert not decisions["plane_tile"]
+    same = _conv_workload(_conv(c=64, oc=64, hw=14, k=3, pad=1)[0], target)
+    assert default_schedule(same)[0].decisions["owt"] > 2
