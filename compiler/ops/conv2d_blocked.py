@@ -159,9 +159,9 @@ _FMA_IN_FLIGHT = 2 * FMA_LATENCY
 
 def _step_cycles(cols: int, per_col: int) -> float:
     """Cycles of one reduction step of a tile of `cols` columns by `per_col` vectors
-    (compiler.target.tile_step_cycles): an FMA per accumulator, two a cycle (a core starting one 512-bit FMA
-    a cycle takes block_register_tile's tiles instead), a weight vector per vector of a column and
-    an input broadcast per column."""
+    (compiler.target.tile_step_cycles): an FMA per accumulator, two a cycle (a core starting one
+    512-bit FMA a cycle takes block_register_tile's tiles instead), a weight vector per vector of
+    a column and an input broadcast per column."""
     return tile_step_cycles(cols * per_col, per_col + cols, 2)
 
 

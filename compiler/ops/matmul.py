@@ -101,8 +101,9 @@ def register_tile(target: Target, rows: int, cols: int) -> tuple[int, int]:
 
 
 def _tile_step_cycles(target: Target, rows: int, vectors: int) -> float:
-    """Cycles of one reduction step of a rows x vectors tile (compiler.target.tile_step_cycles): an FMA per
-    accumulator at the target's rate, a broadcast per row and a panel vector per column vector."""
+    """Cycles of one reduction step of a rows x vectors tile (compiler.target.tile_step_cycles):
+    an FMA per accumulator at the target's rate, a broadcast per row and a panel vector per column
+    vector."""
     return tile_step_cycles(rows * vectors, rows + vectors, target.fma_per_cycle)
 
 
