@@ -365,8 +365,8 @@ def _dilated_output(
 CHUNK_BYTES = 128 << 10
 MAX_CHUNK_BYTES = MAX_STACK_BUFFER_BYTES // 2
 MAX_CHUNK_TILES = 32
-# chunks by default only for F(2x2) and F(3x3) tiles: the chunked F(4x4) code (36 positions in, 16
-# out, per chunk and per remainder) compiles to several times the three passes' size
+# chunks by default for F(4x4) tiles only in a batch: their chunked code (36 positions in, 16 out, per
+# chunk and per remainder) compiles to several times the three passes' size
 CHUNK_MAX_ALPHA = 5
 
 
@@ -381,17 +381,24 @@ def chunk_options(c: int, oc: int, tw: int, alpha: int) -> list[int]:
     return [0, *(q for q in range(1, min(tw, MAX_CHUNK_TILES) + 1) if q * per_tile <= MAX_CHUNK_BYTES)]
 
 
-def chunk_default(c: int, oc: int, th: int, tw: int, alpha: int) -> int:
-    """0 (three passes) for F(4x4) tiles (CHUNK_MAX_ALPHA) and when the transformed weights outweigh
-    the transformed tiles: a pass per step then reads each weight once, where chunks would read
-    them all once per chunk. Otherwise (large planes, few channels) a chunk of about as many tiles
-    as fit CHUNK_BYTES, taken as a divisor of the tile row (a narrower last chunk is a second copy of
-    the whole chunk's code): the largest divisor below that size when it is at least half of it,
-    else the smallest above it that stays within MAX_CHUNK_BYTES, else that size with a remainder."""
+def chunk_default(n: int, c: int, oc: int, th: int, tw: int, alpha: int) -> int:
+    """0 (three passes) when the transformed weights outweigh the transformed tiles of all `n` images:
+    a pass per step then reads each weight once, where chunks would read them all once per chunk.
+    Otherwise (large planes, few channels, or a batch: three passes carry every image's tiles through
+    memory at once, so a batch of two costs several times one image) chunks:
+    - F(4x4) tiles (past CHUNK_MAX_ALPHA) only for a batch, and then a whole tile row (or its largest
+      divisor that fits MAX_CHUNK_BYTES): at one image their chunks measured no steady gain for code
+      several times the passes' size;
+    - smaller tiles about as many as fit CHUNK_BYTES, taken as a divisor of the tile row (a narrower
+      last chunk is a second copy of the whole chunk's code): the largest divisor below that size
+      when it is at least half of it, else the smallest above it that stays within MAX_CHUNK_BYTES,
+      else that size with a remainder."""
     per_tile = _tile_bytes(c, oc, alpha)
-    if alpha > CHUNK_MAX_ALPHA or th * tw * per_tile <= alpha * alpha * c * oc * 4:
+    if n * th * tw * per_tile <= alpha * alpha * c * oc * 4:
         return 0
     options = [q for q in chunk_options(c, oc, tw, alpha) if q]
+    if alpha > CHUNK_MAX_ALPHA:
+        return max((q for q in options if tw % q == 0), default=0) if n > 1 else 0
     fits = [q for q in options if q * per_tile <= CHUNK_BYTES]
     if not fits:
         return 0
@@ -425,7 +432,7 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
         sch.compute_inline(base)
     blk = block_of(sch, product)
     ext = [iv.extent for iv in blk.iter_vars]  # n, ocb, th, tw, alpha, alpha, ob, rcb, rci
-    n_ocb, th, tw, alpha, ob = ext[1], ext[2], ext[3], ext[4], ext[6]
+    n, n_ocb, th, tw, alpha, ob = ext[0], ext[1], ext[2], ext[3], ext[4], ext[6]
     c, oc = ext[7] * ext[8], n_ocb * ob
     m = alpha - 2
     threads = sch.decide("parallel", [True, False], 2 * math.prod(ext) >= MIN_PARALLEL_FLOPS)
@@ -436,7 +443,7 @@ def _schedule(sch: Schedule, info: KernelInfo) -> None:
         if pad in sch.blocks():
             parallel_vectorize(sch, pad, info.target)
         return
-    chunk = sch.decide("chunk", chunk_options(c, oc, tw, alpha), chunk_default(c, oc, th, tw, alpha))
+    chunk = sch.decide("chunk", chunk_options(c, oc, tw, alpha), chunk_default(n, c, oc, th, tw, alpha))
     if chunk:
         _chunked(sch, info, product, inp, out, threads, m, chunk)
     else:

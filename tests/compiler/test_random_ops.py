@@ -335,25 +335,30 @@ class _Forced:
 
 
 @pytest.mark.parametrize(
-    ("force", "tile"),
+    ("force", "tile", "batch"),
     [
-        ({"chunk": 0}, 2),  # a pass per step over the whole plane
-        ({"chunk": 3}, 2),  # chunks of 3 tiles: a tile row of 10 ends in a chunk of 1
-        ({"chunk": 5, "pt": 2, "nb": 1}, 2),  # register tiles of 2 in chunks of 5: a tile tail
-        ({"chunk": 4, "parallel": False}, 2),
-        ({"chunk": 2}, 4),
-        ({"chunk": 0, "pt": 3}, 4),
-        ({"chunk": 4}, 3),  # F(3x3): a tile row of 7 ends in a chunk of 3
-        ({"chunk": 0}, 3),
+        ({"chunk": 0}, 2, 1),  # a pass per step over the whole plane
+        ({"chunk": 3}, 2, 1),  # chunks of 3 tiles: a tile row of 10 ends in a chunk of 1
+        ({"chunk": 5, "pt": 2, "nb": 1}, 2, 1),  # register tiles of 2 in chunks of 5: a tile tail
+        ({"chunk": 4, "parallel": False}, 2, 1),
+        ({"chunk": 2}, 4, 1),
+        ({"chunk": 0, "pt": 3}, 4, 1),
+        ({"chunk": 4}, 3, 1),  # F(3x3): a tile row of 7 ends in a chunk of 3
+        ({"chunk": 0}, 3, 1),
+        ({"chunk": 5}, 4, 3),  # a batch: whole tile rows per chunk, as its default takes
+        ({"chunk": 4}, 4, 2),  # a batch whose tile rows of 5 end in a chunk of 1
+        ({"chunk": 0}, 4, 2),
     ],
 )
-def test_winograd_chunks_and_passes_match_onnxruntime(force: dict[str, Any], tile: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_winograd_chunks_and_passes_match_onnxruntime(  # type: ignore[no-untyped-def]
+    force: dict[str, Any], tile: int, batch: int, tmp_path
+) -> None:
     """Either schedule of a Winograd conv (three passes over the plane, or all three steps per chunk
     of tiles with chunk-sized local buffers), with chunks and register tiles that do not divide the
-    tile row, forced through a per-node override, against onnxruntime."""
+    tile row, one image or a batch, forced through a per-node override, against onnxruntime."""
     rng = np.random.default_rng(11)
     c = {2: max(32, 2 * parse_target("host").lanes()), 3: 64, 4: 128}[tile]
-    x = _randn(rng, 1, c, 19, 17 if tile == 4 else 20)
+    x = _randn(rng, batch, c, 19, 17 if tile == 4 else 20)
     weight = _randn(rng, c, c, 3, 3) / np.float32(np.sqrt(9 * c))
     model, feeds = single_op("Conv", {"x": x}, {"w": weight, "b": _randn(rng, c)}, pads=[1, 1, 1, 1])
     data = model.SerializeToString()

@@ -24,7 +24,7 @@ from compiler.ops.conv2d_blocked import (
     register_tile,
     tile_order,
 )
-from compiler.ops.conv2d_winograd import product_tile
+from compiler.ops.conv2d_winograd import MAX_CHUNK_BYTES, _tile_bytes, chunk_default, product_tile
 from compiler.pipeline import CompileOptions, frontier_for
 from compiler.target import parse_target
 
@@ -177,6 +177,30 @@ def test_winograd_product_tiles_take_one_wider_tile_that_divides_the_tiles(targe
     if regs == 32:
         assert register_tile(t, 4, lanes, 14) == (4, 6) and product_tile(t, 4, lanes, 14) == (4, 7)
         assert product_tile(t, 4, lanes, 16) == (4, 6)  # 7 does not divide 16
+
+
+def test_winograd_chunks_count_every_image_of_a_batch() -> None:
+    """The transformed tiles the three passes carry through memory are those of the whole batch: a
+    video network's 3x3 convs over 8 folded frames (R(2+1)D's 192 -> 64 at 56x56, F(4x4) tiles) run
+    in chunks of a whole tile row, where one frame keeps the three passes; F(2x2) and F(3x3) tiles
+    count the batch against the weights the same way; convs whose weights outweigh the batch's
+    tiles keep the passes."""
+    # F(4x4) (alpha 6), 56x56 -> 14x14 tiles
+    assert chunk_default(1, 192, 64, 14, 14, 6) == 0
+    whole_row = chunk_default(8, 192, 64, 14, 14, 6)
+    assert whole_row == 14 and whole_row * _tile_bytes(192, 64, 6) <= MAX_CHUNK_BYTES
+    # 384 -> 128 at 28x28 over 4 frames: a tile row of 7
+    assert chunk_default(4, 384, 128, 7, 7, 6) == 7
+    # a row too wide for MAX_CHUNK_BYTES: its largest divisor that fits
+    row = chunk_default(2, 512, 512, 14, 14, 6)
+    assert 0 < row < 14 and 14 % row == 0 and row * _tile_bytes(512, 512, 6) <= MAX_CHUNK_BYTES
+    # weights outweigh the batch's tiles (2 frames of 14x14 -> 5x5 F(3x3) tiles, 768 -> 256)
+    assert chunk_default(2, 768, 256, 5, 5, 5) == 0
+    # F(2x2): a plane whose one image's tiles weigh less than its weights, but two images' more
+    c = oc = 128
+    th = tw = 8
+    assert th * tw * _tile_bytes(c, oc, 4) <= 16 * c * oc * 4 < 2 * th * tw * _tile_bytes(c, oc, 4)
+    assert chunk_default(1, c, oc, th, tw, 4) == 0 and chunk_default(2, c, oc, th, tw, 4) > 0
 
 
 def test_a_prime_row_gets_a_tile_of_several_columns() -> None:
