@@ -36,6 +36,7 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any, Protocol
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from compiler.errors import ScheduleError
 from compiler.kernels import Candidate, build_candidate
@@ -424,6 +425,14 @@ class LocalRunner:
         return self._executor
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[RunResult]:
+        """One result per input, in order. numpy's BLAS runs on one thread meanwhile: after a call on
+        several threads OpenBLAS's idle workers spin for a while, on the cores the next candidates
+        are timed on, and the first candidates of every batch (a task's default among them) were
+        timed sharing a core with them, after their reference had been computed."""
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._run(inputs, builds)
+
+    def _run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult]) -> list[RunResult]:
         if len(inputs) != len(builds):
             raise ValueError(f"{len(inputs)} measure inputs but {len(builds)} build results")
         results: list[RunResult | None] = [None] * len(inputs)

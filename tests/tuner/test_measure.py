@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from compiler.kernels import Candidate, build_candidate, default_schedule
 from compiler.pipeline import CompileOptions
@@ -98,6 +99,30 @@ def test_default_schedules_build_and_time(tasks: list[Task], target: Target) -> 
         assert build.build_secs > 0
         assert run.ok, run.error_message
         assert len(run.run_secs) == FAST.repeats and all(s > 0 for s in run.run_secs)
+
+
+def test_references_are_computed_and_candidates_timed_with_one_blas_thread(
+    tasks: list[Task], good: Candidate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a BLAS pool of several threads keeps spinning after a call, on the cores the candidates are
+    # timed on: the runner holds numpy's BLAS to one thread, and gives the caller's setting back
+    def blas_threads() -> list[int]:
+        return [int(p["num_threads"]) for p in threadpool_info() if p["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    reference = Task.reference
+
+    def spying(self: Task, inputs: Any) -> np.ndarray:
+        seen.append(blas_threads())
+        return reference(self, inputs)
+
+    monkeypatch.setattr(Task, "reference", spying)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        (run,) = LocalRunner(FAST).run([MeasureInput(tasks[0])], [_built(good)])
+        assert blas_threads() == before
+    assert run.ok, run.error_message
+    assert seen and all(threads == [1] * len(threads) for threads in seen)
 
 
 def test_invalid_trace_is_recorded_and_the_batch_goes_on(tasks: list[Task], target: Target) -> None:
