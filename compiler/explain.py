@@ -6,6 +6,7 @@ compile builds, never recomputed by a second set of rules.
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -202,6 +203,12 @@ def _pattern(nodes: Sequence[NodeOrigin]) -> str:
     return f"no anchor op: {', '.join(ops)} (generic loop nest, fused)"
 
 
+def op_list(ops: Sequence[str]) -> str:
+    """Ops joined by '/', each repeat counted once ("add x3/matmul"): an ONNX node that imports as
+    many graph ops (a recurrent layer unrolled over its time steps) stays one readable line."""
+    return "/".join(op if n == 1 else f"{op} x{n}" for op, n in collections.Counter(ops).items())
+
+
 def _ops_by_name(graph: Graph) -> dict[str, tuple[str, ...]]:
     ops: dict[str, list[str]] = {}
     for call in graph.calls():
@@ -218,8 +225,8 @@ def _history(fr: Frontier) -> dict[str, list[str]]:
         for node in before.keys() | after.keys():
             old, new = before.get(node), after.get(node)
             if old != new:
-                was = "/".join(old) if old else "(new)"
-                now = "/".join(new) if new else "(removed)"
+                was = op_list(old) if old else "(new)"
+                now = op_list(new) if new else "(removed)"
                 out.setdefault(node, []).append(f"{name}: {was} -> {now}")
     return out
 
@@ -294,7 +301,7 @@ def _kernel_lines(k: KernelExplanation) -> list[str]:
     timed = f", measured {k.measured_s * 1e3:.3f} ms" if k.measured_s is not None else ""
     lines = [f"{k.kernel}  ({flops}{timed})"]
     nodes = ", ".join(
-        f"{n.node} ({n.onnx_op or 'made by a pass'} -> {'/'.join(n.ops) or 'absorbed'})" for n in k.nodes
+        f"{n.node} ({n.onnx_op or 'made by a pass'} -> {op_list(n.ops) or 'absorbed'})" for n in k.nodes
     )
     lines.append(f"  nodes           {nodes}")
     for p in k.passes:

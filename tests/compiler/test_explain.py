@@ -229,3 +229,30 @@ def test_a_node_lowered_to_several_ops_is_listed_once_with_its_implementations()
     assert [n.node for n in conv.nodes] == ["biased"] and "add" in conv.nodes[0].ops
     assert len(conv.passes) == len(set(conv.passes))
     assert "conv2d_winograd_nchwc (by conv_algorithm)" in conv.implementations
+
+
+def test_a_recurrent_node_unrolled_into_many_ops_stays_one_short_line_per_pass() -> None:
+    """A GRU over 12 steps imports as dozens of graph ops under its one node name: its nodes line
+    and pass lines count the repeated ops rather than spelling out every step."""
+    rng = np.random.default_rng(5)
+    steps, width, hidden = 12, 6, 8
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((1, 3 * hidden, width)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((1, 3 * hidden, hidden)).astype(np.float32), "r"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("GRU", ["x", "w", "r"], ["y"], hidden_size=hidden, name="gru")],
+        "recurrent",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, 1, 1, hidden])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    explanation = explain_model(model)
+    lines = [line for line in explanation.text().splitlines() if line.lstrip().startswith(("nodes", "pass "))]
+    assert lines and any(" x" in line for line in lines)
+    for line in lines:
+        for side in line.split(" -> "):
+            names = [op.split(" x")[0] for op in side.split("/")]
+            assert len(names) == len(set(names)), line  # every op named once, with its count
+        assert len(line) < 400, line
