@@ -81,6 +81,61 @@ def measure(fn: Callable[[], object], settings: Settings) -> Timing:
     return Timing(statistics.median(samples), tuple(samples), number)
 
 
+PAUSE_S = 0.1
+"""Idle time before each sample of `interleaved`: the previous system's spinning worker threads go to
+sleep first (with 20 ms, whichever system followed onnxruntime ran up to 30% slower)."""
+
+
+def error_of(exc: Exception) -> dict[str, str]:
+    """A failed system's entry in a result: {"error": its first line}."""
+    message = f"{type(exc).__name__}: {exc}".strip()
+    return {"error": message.splitlines()[0][:400] if message else type(exc).__name__}
+
+
+def interleaved(
+    fns: Mapping[str, Callable[[], object]], settings: Settings, *, pause: float = PAUSE_S
+) -> dict[str, dict[str, Any]]:
+    """Median latency of every system, sampled in alternating rounds so that all see the same machine.
+
+    Each system is warmed up and calibrated (calls per sample so that a sample lasts `min_time`); then every
+    round takes one sample of each system, in an order rotated every round and after `pause` seconds idle,
+    `repeat` rounds or fewer past the time budget (at least 3). A system that raises is reported as
+    {"error": ...} and left out.
+    """
+    results: dict[str, dict[str, Any]] = {}
+    numbers: dict[str, int] = {}
+    for name, fn in fns.items():
+        try:
+            for _ in range(max(1, settings.warmup)):
+                fn()
+            start = time.perf_counter()
+            fn()
+            numbers[name] = max(1, math.ceil(settings.min_time / max(time.perf_counter() - start, 1e-9)))
+        except Exception as exc:  # a failing system never stops the others
+            results[name] = error_of(exc)
+    samples: dict[str, list[float]] = {name: [] for name in numbers}
+    budget_start = time.perf_counter()
+    order = list(numbers)
+    for round_ in range(settings.repeat):
+        for name in order[round_ % len(order) :] + order[: round_ % len(order)]:  # each goes first in turn
+            number = numbers[name]
+            time.sleep(pause)
+            start = time.perf_counter()
+            for _ in range(number):
+                fns[name]()
+            samples[name].append((time.perf_counter() - start) / number)
+        if round_ >= 2 and time.perf_counter() - budget_start > settings.max_time * len(numbers):
+            break
+    for name, values in samples.items():
+        results[name] = {
+            "latency_s": statistics.median(values),
+            "min_s": min(values),
+            "samples": values,
+            "calls_per_sample": numbers[name],
+        }
+    return results
+
+
 # -- peers ----------------------------------------------------------------------------------------
 
 

@@ -4,12 +4,14 @@ schedules) against onnxruntime, PyTorch, numpy and — when importable — Apach
     python -m bench.ops [--quick] [--json out.json] [--only gemm1024,conv_r18_l1] [--markdown]
 
 matmul takes both operands as inputs; gemm has a constant weight and bias; conv2d has constant weights
-(no bias). Every system sees the same fp32 arrays; outputs are checked against numpy before timing.
+(no bias). Every system sees the same fp32 arrays; outputs are checked against numpy before timing, and the
+systems are timed in alternating rounds (common.interleaved), so that all see the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -159,9 +161,16 @@ def torch_fn(
 # -- the run --------------------------------------------------------------------------------------
 
 
+# numpy is one of the systems: after its call OpenBLAS's idle workers spin on a core for longer than
+# common.PAUSE_S, so each sample waits this long first, or the system after numpy shares a core with them
+PAUSE_AFTER_NUMPY_S = 0.25
+
+
 def bench_workload(
     spec: dict[str, Any], settings: common.Settings, *, opt_level: int, with_tvm: bool
 ) -> common.Row:
+    """Every system on one workload, checked against numpy, then timed in alternating rounds
+    (common.interleaved): a slow phase of a shared machine falls on every system alike."""
     rng = np.random.default_rng(0)
     model, feeds, consts = workload_model(spec, rng)
     model_bytes = model.SerializeToString()
@@ -172,35 +181,49 @@ def bench_workload(
         _check(unwrap(fn()), reference)
         return fn
 
-    def temper() -> tuple[common.Timing, dict[str, float]]:
+    def temper() -> Callable[[], Any]:
         build = common.temper_build(model_bytes, {}, opt_level)
-        fn = checked(lambda: build.module.run(feeds), lambda out: out["y"])
-        extra = {"compile_s": build.compile_seconds, "kernels": float(build.kernels)}
-        return common.measure(fn, settings), extra
+        row.extra["temper"] = {"compile_s": build.compile_seconds, "kernels": float(build.kernels)}
+        return checked(lambda: build.module.run(feeds), lambda out: out["y"])
 
-    def onnxruntime() -> common.Timing:
+    def onnxruntime() -> Callable[[], Any]:
         session = common.onnxruntime_session(model_bytes)
-        return common.measure(checked(lambda: session.run(None, feeds), lambda out: out[0]), settings)
+        return checked(lambda: session.run(None, feeds), lambda out: out[0])
 
-    def pytorch() -> common.Timing:
-        return common.measure(checked(torch_fn(spec, feeds, consts), lambda out: out), settings)
+    def pytorch() -> Callable[[], Any]:
+        return checked(torch_fn(spec, feeds, consts), lambda out: out)
 
-    def numpy_peer() -> common.Timing:
-        return common.measure(numpy_fn(spec, feeds, consts), settings)
+    def numpy_peer() -> Callable[[], Any]:
+        return numpy_fn(spec, feeds, consts)
 
-    def tvm() -> common.Timing:
+    def tvm() -> Callable[[], Any]:
         run = common.tvm_build(model, {name: array.shape for name, array in feeds.items()})
         args = [feeds[i.name] for i in model.graph.input]
-        return common.measure(checked(lambda: run(*args), lambda out: out.numpy()), settings)
+        return checked(lambda: run(*args), lambda out: out.numpy())
 
-    row.record("temper", temper)
-    row.record("onnxruntime", onnxruntime)
-    row.record("pytorch", pytorch)
-    row.record("numpy", numpy_peer)
+    makers = {"temper": temper, "onnxruntime": onnxruntime, "pytorch": pytorch, "numpy": numpy_peer}
     if with_tvm:
-        row.record("tvm", tvm)
-    for system, seconds in row.latency.items():
-        row.extra[system]["gflops"] = spec["flops"] / seconds / 1e9
+        makers["tvm"] = tvm
+    systems: dict[str, Callable[[], Any]] = {}
+    for system, make in makers.items():
+        try:
+            systems[system] = make()
+        except Exception as exc:  # a peer that cannot build or check is data, not a crash of the run
+            row.errors[system] = common.error_of(exc)["error"]
+    for system, timing in common.interleaved(systems, settings, pause=PAUSE_AFTER_NUMPY_S).items():
+        if "error" in timing:
+            row.errors[system] = timing["error"]
+            continue
+        row.latency[system] = timing["latency_s"]
+        row.extra[system] = {
+            **row.extra.get(system, {}),
+            "min_s": timing["min_s"],  # the least disturbed sample: useful on a noisy shared machine
+            "calls_per_sample": timing["calls_per_sample"],
+            "samples": len(timing["samples"]),
+            "gflops": spec["flops"] / timing["latency_s"] / 1e9,
+        }
+    systems.clear()  # onnxruntime's idle workers spin: release the session before the next workload
+    gc.collect()
     return row
 
 

