@@ -83,7 +83,7 @@ def measure(fn: Callable[[], object], settings: Settings) -> Timing:
 
 PAUSE_S = 0.1
 """Idle time before each sample of `interleaved`: the previous system's spinning worker threads go to
-sleep first (with 20 ms, whichever system followed onnxruntime ran up to 30% slower)."""
+sleep first (with a shorter pause, whichever system followed onnxruntime shared a core with them)."""
 
 
 def error_of(exc: Exception) -> dict[str, str]:
