@@ -38,10 +38,14 @@ a blocked conv, half the private L2 of the smallest x86 core here (a lead of sev
 slower: the lines were evicted before their reads)."""
 STREAM_MAX_REUSE = 256
 """Flops per byte of the weight above which a kernel does not stream it."""
-STREAM_MIN_WORK = 128
+STREAM_MIN_WORK = 64
 """A step's loop must run at least this many stores (vector FMAs, mostly) per iteration: the step's
 own instructions stay a small share, and the prefetches are spread thinly between the FMAs (a
-coarser loop issues them in bursts that stall the core on its miss buffers)."""
+coarser loop issues them in bursts that stall the core on its miss buffers). The bar is low enough
+for the loop over input-channel blocks of a conv's register tile on a 256-bit core: its channel
+blocks have half the lanes of a 512-bit core's, so the same loop holds half the FMAs, and a bar
+that only the 512-bit loop clears moved the 256-bit kernels' steps a loop further out, where each
+fetched dozens of lines at once and the weights' DRAM reads no longer overlapped the arithmetic."""
 STREAM_SHARE = 0.5
 """The step's loop nest must hold at least this share of the kernel's stores: the prefetches spread
 over the kernel's main work, not over a short pass such as a padding copy."""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from compiler.codegen.library import CodeLibrary
 from compiler.errors import CompilerError
@@ -259,6 +260,42 @@ def test_kernels_prefetch_their_weights_ahead() -> None:
     assert streamed and all(
         p["weight"].startswith("p") and p["loop"] and p["lead_bytes"] > 0 for p in streamed
     )
+
+
+@pytest.mark.parametrize("target", ["znver3", "haswell", "sapphirerapids", "znver4"])
+def test_conv_kernels_stream_from_their_input_channel_loop_at_any_vector_width(target: str) -> None:
+    """A conv's weight streaming steps run in the loop over input-channel blocks of its register
+    tile, whatever the vector width: a 256-bit core's channel blocks have half the lanes, so that
+    loop holds half the FMAs of a 512-bit core's, and a step loop a level further out (one step per
+    row of tiles) fetched dozens of lines at a time."""
+    rng = np.random.default_rng(0)
+    channels, size = 256, 14
+    weights = {
+        "w1": rng.standard_normal((channels, channels, 1, 1)).astype(np.float32) * 0.05,
+        "w3": rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * 0.02,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="pointwise"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Conv", ["b", "w3"], ["y"], pads=[1, 1, 1, 1], name="three"),
+    ]
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(
+        nodes,
+        "convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    compiled = compile_model(model.SerializeToString(), CompileOptions(target=target))
+    loops = {
+        k["name"]: k["prefetch"]["loop"]
+        for k in compiled.manifest["kernels"]
+        if "conv2d" in k["name"] and k["prefetch"] is not None
+    }
+    assert any("winograd" in name for name in loops) and len(loops) == 2, loops
+    assert all(loop.endswith("_rcb") for loop in loops.values()), loops
 
 
 def test_a_slice_of_one_contiguous_run_is_a_view_not_a_kernel(tmp_path: Path) -> None:
