@@ -168,11 +168,39 @@ def stream_stride(lines: int, steps: int) -> tuple[int, int, int]:
     return 1, 1, shift
 
 
+def stream_steps(s: Stmt, loop: Var, outer: int = 1) -> int:
+    """S, the steps a kernel's streaming takes: the iterations of `loop` and of the emitted loops
+    around it from the nearest parallel loop down, as the code generator numbers them
+    (compiler/codegen/llvm.py, `_stream_steps`); 0 if `loop` is not in `s`."""
+    if isinstance(s, Seq):
+        return max((stream_steps(x, loop, outer) for x in s.stmts), default=0)
+    if isinstance(s, IfThenElse):
+        found = stream_steps(s.then, loop, outer)
+        return found or (stream_steps(s.orelse, loop, outer) if s.orelse is not None else 0)
+    if isinstance(s, Allocate):
+        return stream_steps(s.body, loop, outer)
+    if isinstance(s, For):
+        if s.kind is ForKind.VECTORIZED:
+            here = outer
+        else:
+            here = s.extent if s.kind is ForKind.PARALLEL else outer * s.extent
+        return here if s.var is loop else stream_steps(s.body, loop, here)
+    return 0
+
+
 def stream_report(func: PrimFunc, const_params: Iterable[str], flops: int) -> dict[str, str | int] | None:
-    """For the manifest: the constant a kernel streams, the loop taking the steps and the lead;
-    None when it streams nothing."""
+    """For the manifest: the constant a kernel streams, the loop taking the steps, the lead and how
+    many lines each step prefetches (a handful spread between the FMAs; dozens at once stall the
+    core on its miss buffers); None when it streams nothing."""
     weight = stream_param(func, const_params, flops)
     loop = stream_loop(func.body) if weight is not None else None
     if weight is None or loop is None:
         return None
-    return {"weight": weight, "loop": loop.name, "lead_bytes": STREAM_LEAD_BYTES}
+    buffer = next(p for p in func.params if p.name == weight)
+    lines, steps = buffer_bytes(buffer) // LINE_BYTES, stream_steps(func.body, loop)
+    return {
+        "weight": weight,
+        "loop": loop.name,
+        "lead_bytes": STREAM_LEAD_BYTES,
+        "lines_per_step": stream_stride(lines, steps)[0],
+    }

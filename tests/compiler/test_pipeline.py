@@ -258,7 +258,8 @@ def test_kernels_prefetch_their_weights_ahead() -> None:
     kernels = compile_model(mlp().SerializeToString(), CompileOptions()).manifest["kernels"]
     streamed = [k["prefetch"] for k in kernels if k["prefetch"] is not None]
     assert streamed and all(
-        p["weight"].startswith("p") and p["loop"] and p["lead_bytes"] > 0 for p in streamed
+        p["weight"].startswith("p") and p["loop"] and p["lead_bytes"] > 0 and p["lines_per_step"] >= 1
+        for p in streamed
     )
 
 
@@ -289,13 +290,16 @@ def test_conv_kernels_stream_from_their_input_channel_loop_at_any_vector_width(t
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     compiled = compile_model(model.SerializeToString(), CompileOptions(target=target))
-    loops = {
-        k["name"]: k["prefetch"]["loop"]
+    streamed = {
+        k["name"]: k["prefetch"]
         for k in compiled.manifest["kernels"]
         if "conv2d" in k["name"] and k["prefetch"] is not None
     }
-    assert any("winograd" in name for name in loops) and len(loops) == 2, loops
-    assert all(loop.endswith("_rcb") for loop in loops.values()), loops
+    assert any("winograd" in name for name in streamed) and len(streamed) == 2, streamed
+    assert all(p["loop"].endswith("_rcb") for p in streamed.values()), streamed
+    # the manifest says how many lines a step fetches: at most about what the core's miss buffers
+    # hold, never dozens at once
+    assert all(1 <= p["lines_per_step"] <= 16 for p in streamed.values()), streamed
 
 
 def test_a_slice_of_one_contiguous_run_is_a_view_not_a_kernel(tmp_path: Path) -> None:

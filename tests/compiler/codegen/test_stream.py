@@ -17,6 +17,7 @@ from compiler.codegen.stream import (
     STREAM_MIN_WORK,
     stream_loop,
     stream_param,
+    stream_steps,
     stream_stride,
     work,
 )
@@ -78,6 +79,18 @@ def test_a_weight_reused_much_or_in_large_slices_is_not_streamed() -> None:
     assert stream_param(_matvec_rows(2, rows + 1, 128)[0], {"W"}, 0) is None
     # no loop to take the steps: nothing streamed
     assert stream_param(_matvec_rows(2, 4, 32)[0], {"W"}, 0) is None
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_the_steps_are_counted_from_the_parallel_loop_down(parallel: bool) -> None:
+    func, (i, jo, _) = _matvec_rows(6, 2 * STREAM_MIN_WORK, 96, parallel)
+    assert stream_loop(func.body) is jo
+    assert stream_steps(func.body, jo) == 6 * (96 // LANES)  # i's iterations times jo's
+    assert stream_steps(func.body, i) == 6
+    assert stream_steps(func.body, Var("elsewhere")) == 0
+    # a serial loop around a parallel one: each parallel loop numbers its own steps from 0
+    outer = For(Var("o"), 3, ForKind.SERIAL, func.body)
+    assert stream_steps(outer, jo) == (6 if parallel else 18) * (96 // LANES)
 
 
 @pytest.mark.parametrize("seed", range(5))
