@@ -25,6 +25,7 @@ nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -75,19 +76,39 @@ def stream_param(func: PrimFunc, const_params: Iterable[str], flops: int) -> str
     return largest.name
 
 
-def _parallel_extent(s: Stmt, loop: Var, outer: int = 1) -> int:
-    """The extent of the parallel loop around `loop` (1 if none; 0 if `loop` is not in `s`)."""
+def _loops_around(s: Stmt, loop: Var) -> tuple[For, ...] | None:
+    """The loops enclosing `loop` in `s`, outermost first, `loop` last; None if it is not in `s`."""
     if isinstance(s, Seq):
-        return max((_parallel_extent(x, loop, outer) for x in s.stmts), default=0)
+        return next((found for x in s.stmts if (found := _loops_around(x, loop)) is not None), None)
     if isinstance(s, IfThenElse):
-        found = _parallel_extent(s.then, loop, outer)
-        return found or (_parallel_extent(s.orelse, loop, outer) if s.orelse is not None else 0)
+        found = _loops_around(s.then, loop)
+        return found if found is not None or s.orelse is None else _loops_around(s.orelse, loop)
     if isinstance(s, Allocate):
-        return _parallel_extent(s.body, loop, outer)
+        return _loops_around(s.body, loop)
     if isinstance(s, For):
-        here = s.extent if s.kind is ForKind.PARALLEL else outer
-        return here if s.var is loop else _parallel_extent(s.body, loop, here)
-    return 0
+        if s.var is loop:
+            return (s,)
+        inner = _loops_around(s.body, loop)
+        return None if inner is None else (s, *inner)
+    return None
+
+
+def _from_parallel(s: Stmt, loop: Var) -> tuple[For, ...] | None:
+    """The loops around `loop` from the nearest parallel one (or the outermost) down; None if
+    `loop` is not in `s`."""
+    loops = _loops_around(s, loop)
+    if loops is None:
+        return None
+    starts = [i for i, f in enumerate(loops) if f.kind is ForKind.PARALLEL]
+    return loops[starts[-1] if starts else 0 :]
+
+
+def _parallel_extent(s: Stmt, loop: Var) -> int:
+    """The extent of the parallel loop around `loop` (1 if none; 0 if `loop` is not in `s`)."""
+    loops = _from_parallel(s, loop)
+    if loops is None:
+        return 0
+    return loops[0].extent if loops[0].kind is ForKind.PARALLEL else 1
 
 
 def buffer_bytes(buf: Buffer) -> int:
@@ -168,24 +189,14 @@ def stream_stride(lines: int, steps: int) -> tuple[int, int, int]:
     return 1, 1, shift
 
 
-def stream_steps(s: Stmt, loop: Var, outer: int = 1) -> int:
+def stream_steps(s: Stmt, loop: Var) -> int:
     """S, the steps a kernel's streaming takes: the iterations of `loop` and of the emitted loops
     around it from the nearest parallel loop down, as the code generator numbers them
     (compiler/codegen/llvm.py, `_stream_steps`); 0 if `loop` is not in `s`."""
-    if isinstance(s, Seq):
-        return max((stream_steps(x, loop, outer) for x in s.stmts), default=0)
-    if isinstance(s, IfThenElse):
-        found = stream_steps(s.then, loop, outer)
-        return found or (stream_steps(s.orelse, loop, outer) if s.orelse is not None else 0)
-    if isinstance(s, Allocate):
-        return stream_steps(s.body, loop, outer)
-    if isinstance(s, For):
-        if s.kind is ForKind.VECTORIZED:
-            here = outer
-        else:
-            here = s.extent if s.kind is ForKind.PARALLEL else outer * s.extent
-        return here if s.var is loop else stream_steps(s.body, loop, here)
-    return 0
+    loops = _from_parallel(s, loop)
+    if loops is None:
+        return 0
+    return math.prod(f.extent for f in loops if f.kind is not ForKind.VECTORIZED)
 
 
 def stream_report(func: PrimFunc, const_params: Iterable[str], flops: int) -> dict[str, str | int] | None:
