@@ -276,6 +276,23 @@ def test_random_dilated_winograd_conv2d(seed: int, tmp_path) -> None:  # type: i
     _check(model, feeds, tmp_path, opt_level=3)
 
 
+@pytest.mark.parametrize(("size", "dilation"), [(28, 4), (26, 4), (21, 3)])
+def test_dilated_winograd_takes_4x4_tiles_on_phases_under_8(size: int, dilation: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """FCN's last stage: a 28x28 plane dilated by 4 is sixteen 7x7 phases sharing one transformed
+    weight, where F(4x4)'s 2x2 tiles per phase (one row and column padded) do the fewest products;
+    also phases of 6 or 7 rows that neither the dilation nor the tile divides."""
+    rng = np.random.default_rng(size * dilation)
+    c = 128
+    x = _randn(rng, 1, c, size, size)
+    weight = _randn(rng, c, c, 3, 3) / np.float32(np.sqrt(9 * c))
+    model, feeds = single_op(
+        "Conv", {"x": x}, {"w": weight, "b": _randn(rng, c)}, pads=[dilation] * 4, dilations=[dilation] * 2
+    )
+    compiled = compile_model(model.SerializeToString(), CompileOptions())
+    assert list(compiled.manifest["conv_algorithms"]["winograd"].values()) == ["F(4x4, 3x3)"]
+    _check(model, feeds, tmp_path, opt_level=3)
+
+
 def _conv3x3_truth(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """A padded 3x3 correlation in float64: the exact result the fp32 kernels round."""
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))

@@ -28,12 +28,11 @@ from compiler.target import Target
 REWRITES = {"conv2d_nchwc": "conv2d_winograd_nchwc"}
 # channels on each side below which the tile transforms cost more than the multiplications saved
 MIN_CHANNELS = 32
-# output tiles of 4x4 need at least this output size on each side (else smaller tiles: less padding
-# waste on small planes, fewer savings) ...
-MIN_SIZE_TILE4 = 8
-# ... and this many input channels: F(4x4) rounds several times worse than a direct sum (F(2x2) about
-# as well), which deep networks compound; it is kept to the convs where its savings over F(2x2) are
-# largest, those with long sums over channels. F(3x3) rounds between the two and needs half as many.
+# output tiles of 4x4 need this many input channels: F(4x4) rounds several times worse than a direct
+# sum (F(2x2) about as well), which deep networks compound; it is kept to the convs where its savings
+# over F(2x2) are largest, those with long sums over channels. F(3x3) rounds between the two and needs
+# half as many. The plane does not rule a tile out: tile_cost weighs the padding of a small plane (and
+# of a dilated conv's phases, which share one transformed weight) against the products saved.
 MIN_CHANNELS_TILE4 = 128
 MIN_CHANNELS_TILE3 = 64
 # FLOPs one byte of transformed weights counts for when the tile is chosen (`tile_cost`): a larger
@@ -159,22 +158,20 @@ def flops_saved_per_byte(
 
 
 def tile_for(call: Call) -> int:
-    """The output tile m of F(m x m, 3 x 3) for a conv the rule admits: of the tiles its channels and
-    plane allow, the one of least `tile_cost`."""
+    """The output tile m of F(m x m, 3 x 3) for a conv the rule admits: of the tiles its channels
+    allow, the one of least `tile_cost` over its plane (a dilated conv's phases counted apart)."""
     oh, ow = call.type.shape[2], call.type.shape[3]
     _, icb, _, _, ib, _ = call.args[1].type.shape
     d = _dilations(call)
-    tiles = allowed_tiles(icb * ib, -(-oh // d[0]), -(-ow // d[1]))
-    return min(tiles, key=lambda m: (tile_cost(oh, ow, m, d), m))
+    return min(allowed_tiles(icb * ib), key=lambda m: (tile_cost(oh, ow, m, d), m))
 
 
-def allowed_tiles(c: int, oh: int, ow: int) -> list[int]:
-    """The tiles whose rounding a conv of `c` input channels may take (F(2x2) always); oh x ow is
-    one phase's plane for a dilated conv."""
+def allowed_tiles(c: int) -> list[int]:
+    """The tiles whose rounding a conv of `c` input channels may take (F(2x2) always)."""
     tiles = [2]
     if c >= MIN_CHANNELS_TILE3:
         tiles.append(3)
-    if c >= MIN_CHANNELS_TILE4 and min(oh, ow) >= MIN_SIZE_TILE4:
+    if c >= MIN_CHANNELS_TILE4:
         tiles.append(4)
     return tiles
 

@@ -82,8 +82,11 @@ def test_the_dilated_op_matches_a_direct_dilated_convolution(
 def test_dilated_convs_become_winograd_with_tiles_counted_per_phase() -> None:
     """DeepLab's atrous backbone: a 28x28 plane dilated by 2 is four 14x14 planes, by 4 sixteen 7x7
     ones, which share one transformed weight: a 7x7 plane alone saves too little per weight byte,
-    sixteen of them do. A plane of 28 dilated by 12 has phases of 3 rows and stays direct."""
-    from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, flops_saved_per_byte
+    sixteen of them do, and they take F(4x4), whose 2x2 tiles per phase (8x8, one row and column
+    padded) do 2304 products per channel pair where F(3x3)'s 3x3 (9x9) do 3600 and F(2x2)'s 4x4
+    (8x8) 4096: the weights, 36 numbers per pair, are read once for all sixteen phases. A plane of
+    28 dilated by 12 has phases of 3 rows and stays direct."""
+    from compiler.graph.passes.conv_algorithm import MIN_FLOPS_SAVED_PER_BYTE, flops_saved_per_byte, tile_cost
 
     assert flops_saved_per_byte(512, 512, 28, 28, 2, (4, 4)) > MIN_FLOPS_SAVED_PER_BYTE
     # 4 phases of 7 rows each, in 4 tiles of 2 (the eighth row is padding): 16 tiles per axis
@@ -91,7 +94,8 @@ def test_dilated_convs_become_winograd_with_tiles_counted_per_phase() -> None:
         (2 * 9 * 784 - 2 * 16 * 256) / (4 * 7)
     )
     assert flops_saved_per_byte(512, 512, 28, 28, 2, (12, 12)) < flops_saved_per_byte(512, 512, 28, 28, 2)
-    for d, tile in ((2, "F(4x4, 3x3)"), (4, "F(3x3, 3x3)"), (12, None)):
+    assert tile_cost(28, 28, 4, (4, 4)) < tile_cost(28, 28, 3, (4, 4)) < tile_cost(28, 28, 2, (4, 4))
+    for d, tile in ((2, "F(4x4, 3x3)"), (4, "F(4x4, 3x3)"), (12, None)):
         x = var("x", 1, 128, 28, 28)
         out = choose_conv_algorithm(
             blocked(conv(x, 128, name="c", dilations=(d, d), pads=(d,) * 4), inputs=[x])
@@ -159,10 +163,14 @@ def test_the_tile_follows_the_channels_and_the_plane(channels: int, size: int, t
 def test_the_tile_cost_weighs_multiplications_against_weight_bytes() -> None:
     from compiler.graph.passes.conv_algorithm import TILE_WEIGHT_BYTE_FLOPS, allowed_tiles, tile_cost
 
-    assert allowed_tiles(32, 56, 56) == [2]
-    assert allowed_tiles(64, 56, 56) == [2, 3]
-    assert allowed_tiles(128, 56, 56) == [2, 3, 4]
-    assert allowed_tiles(128, 7, 56) == [2, 3]
+    assert allowed_tiles(32) == [2]
+    assert allowed_tiles(64) == [2, 3]
+    assert allowed_tiles(128) == [2, 3, 4]
+    # a plane under 8 is no bar to F(4x4), the cost decides: a square one keeps the small tile (its
+    # padding and weight bytes), a wide one of 7 rows takes F(4x4) (a few rows padded, many fewer tiles)
+    for size in (4, 5, 6, 7):
+        assert min((2, 3, 4), key=lambda m: tile_cost(size, size, m)) == 2
+    assert min((2, 3, 4), key=lambda m: tile_cost(7, 56, m)) == 4
     # 14x14: 16 tiles of F(4x4) padded to 16x16, 25 of F(3x3) padded to 15x15, per channel pair
     assert tile_cost(14, 14, 4) == 36 * (2 * 16 + 4 * TILE_WEIGHT_BYTE_FLOPS)
     assert tile_cost(14, 14, 3) == 25 * (2 * 25 + 4 * TILE_WEIGHT_BYTE_FLOPS)
